@@ -1,0 +1,28 @@
+# Thin wrapper over CMake: `make` builds build/libmagpie.so, build/libmagpie.a and build/magpie;
+# `make test` runs every test through ctest; `make demo` runs a real workload under glibc and
+# magpie side by side and prints the comparison.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps test demo bench format clean
+all: deps
+	@test -f $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(BUILD) -j $(JOBS)
+
+deps:
+	@scripts/deps.sh
+
+test: all
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+demo: all
+	python3 bench/run.py --demo
+
+bench: all
+	python3 bench/run.py --quick
+
+format:
+	clang-format -i src/*.c src/*.h src/*.cc include/*.h tools/*.c tests/*/*.c bench/*.c
+
+clean:
+	rm -rf $(BUILD)

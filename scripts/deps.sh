@@ -1,0 +1,18 @@
+#!/bin/sh
+# Installs what the build and the tests need when it is missing (Debian; as root).
+set -e
+need=""
+for pair in cmake:cmake gcc:gcc g++:g++ make:make python3:python3 sqlite3:sqlite3 git:git \
+            valgrind:valgrind clang-format:clang-format; do
+  cmd=${pair%%:*}; pkg=${pair#*:}
+  command -v "$cmd" >/dev/null 2>&1 || need="$need $pkg"
+done
+[ -n "$need" ] || exit 0
+echo "deps: installing$need"
+if [ "$(id -u)" != 0 ]; then
+  echo "deps: missing$need and not root: install them with apt-get" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq $need >/dev/null
