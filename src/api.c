@@ -1,0 +1,195 @@
+/*
+ * api: the malloc family, exactly as the C standard and glibc's manual pages specify it.
+ *
+ * Theory
+ *   1. Thin: each entry point checks its arguments, picks a size class (fast path, mag.c) or
+ *      the large path (large.c), and sets errno the way glibc does. Nothing here is stateful.
+ *   2. Errors of the program (freeing what magpie did not hand out, freeing twice, realloc of
+ *      a freed block) are reported with the address and the caller's stack, then abort: a
+ *      heap error is never silently ignored.
+ *   3. Alignment: every small class is a multiple of 16 and its slab span is aligned to at
+ *      least 64 KiB, so an aligned request up to 32 KiB takes the first class that is a
+ *      multiple of the alignment; larger alignments come from the arena's aligned allocation.
+ *   Names: magpie_* here are the exported magpie API; interpose.c gives them glibc's names.
+ */
+#include "api.h"
+#include "export.h"
+#include "fastpath.h"
+#include "large.h"
+#include "report.h"
+#include "stats.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <string.h>
+
+void *malloc_slow(size_t size) {
+  if (size <= SC_SMALL_MAX) return mag_malloc(sc_of(size), size);
+  return large_alloc(size, OS_PAGE, false);
+}
+
+__attribute__((noreturn)) static void bad_pointer(const char *what, void *p, uintptr_t e) {
+  uintptr_t tag = e & PM_TAG_MASK;
+  report_heap_error(what, p,
+                    tag == PM_TAG_CACHE   ? "an object of a magpie_cache: use magpie_cache_free"
+                    : tag == PM_TAG_LARGE ? "interior pointer into a large block"
+                                          : "not a block magpie handed out (foreign pointer, "
+                                            "interior pointer, or a large block already freed)");
+}
+
+void free_slow(void *p) {
+  if (!p) return;
+  uintptr_t e = pagemap_get((uintptr_t)p), tag = e & PM_TAG_MASK;
+  if (tag >= 1 && tag <= SC_COUNT) mag_free((unsigned)tag, p);
+  else if (tag == PM_TAG_LARGE && ((uintptr_t)p & (OS_PAGE - 1)) == 0) large_free(p, e);
+  else bad_pointer("invalid free", p, e);
+}
+
+/* The usable size of a block magpie handed out; reports anything else. */
+static size_t block_size(void *p, uintptr_t *entry, const char *what) {
+  uintptr_t a = (uintptr_t)p, e = pagemap_get(a), tag = e & PM_TAG_MASK;
+  *entry = e;
+  if (tag >= 1 && tag <= SC_COUNT) {
+    if (!sc_is_object_start((unsigned)tag, (uint32_t)(a & sc_info[tag].span_mask)))
+      report_heap_error(what, p, "interior pointer, not the start of a block");
+    if (*(uintptr_t *)p == (a ^ mag_secret)) report_heap_error(what, p, "block already freed");
+    return sc_info[tag].size;
+  }
+  if (tag == PM_TAG_LARGE && (a & (OS_PAGE - 1)) == 0) return large_size(e);
+  bad_pointer(what, p, e);
+}
+
+MAGPIE_EXPORT void *magpie_malloc(size_t size) { return fast_malloc(size); }
+
+MAGPIE_EXPORT void magpie_free(void *p) { fast_free(p); }
+
+MAGPIE_EXPORT void *magpie_calloc(size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (total > SC_SMALL_MAX) return large_alloc(total, OS_PAGE, true);
+  void *p = fast_malloc(total);
+  if (p) memset(p, 0, total);
+  return p;
+}
+
+MAGPIE_EXPORT void *magpie_realloc(void *p, size_t size) {
+  if (!p) return fast_malloc(size);
+  if (size == 0) { /* glibc: frees the block and returns NULL */
+    fast_free(p);
+    return NULL;
+  }
+  uintptr_t e;
+  size_t old = block_size(p, &e, "invalid realloc");
+  uintptr_t tag = e & PM_TAG_MASK;
+  if (tag != PM_TAG_LARGE && size <= SC_SMALL_MAX && sc_of(size) == tag) return p;
+  if (tag == PM_TAG_LARGE && size > SC_SMALL_MAX && large_resize(p, e, size)) return p;
+  void *q = fast_malloc(size);
+  if (!q) return NULL; /* errno is ENOMEM; the old block is untouched */
+  memcpy(q, p, old < size ? old : size);
+  fast_free(p);
+  return q;
+}
+
+void *api_reallocarray(void *p, size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return magpie_realloc(p, total);
+}
+
+void *api_memalign(size_t align, size_t size) {
+  if (align <= 16) return fast_malloc(size);
+  if (size <= SC_SMALL_MAX && align <= SC_SMALL_MAX) {
+    unsigned c = sc_of(size > align ? size : align);
+    while (sc_info[c].size & (align - 1)) c++; /* the 32 KiB class is a multiple of any align */
+    return mag_malloc(c, size);
+  }
+  return large_alloc(size, align, false);
+}
+
+MAGPIE_EXPORT void *magpie_aligned_alloc(size_t align, size_t size) {
+  if (align == 0 || (align & (align - 1))) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return api_memalign(align, size);
+}
+
+MAGPIE_EXPORT int magpie_posix_memalign(void **out, size_t align, size_t size) {
+  if (align < sizeof(void *) || (align & (align - 1))) return EINVAL;
+  int saved = errno;
+  void *p = api_memalign(align, size);
+  errno = saved;
+  if (!p) return ENOMEM;
+  *out = p;
+  return 0;
+}
+
+void *api_valloc(size_t size) { return api_memalign(OS_PAGE, size); }
+
+void *api_pvalloc(size_t size) {
+  if (size > SIZE_MAX - OS_PAGE) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return api_memalign(OS_PAGE, size ? (size + OS_PAGE - 1) & ~(OS_PAGE - 1) : OS_PAGE);
+}
+
+MAGPIE_EXPORT size_t magpie_usable_size(void *p) {
+  uintptr_t e;
+  return p ? block_size(p, &e, "malloc_usable_size of an invalid pointer") : 0;
+}
+
+void api_free_sized(void *p, size_t size) {
+  (void)size; /* checked against the block in debug mode only */
+  fast_free(p);
+}
+
+MAGPIE_EXPORT size_t magpie_trim(void) { return cache_trim(); }
+
+int api_trim(size_t pad) {
+  (void)pad; /* magpie keeps no top pad: everything free is given back */
+  return cache_trim() > 0;
+}
+
+struct mallinfo2 api_mallinfo2(void) {
+  stats_summary_t s;
+  stats_summary(&s);
+  struct mallinfo2 mi;
+  memset(&mi, 0, sizeof mi);
+  mi.arena = s.mapped_bytes;            /* everything magpie maps */
+  mi.hblks = s.large_allocs - s.large_frees;
+  mi.hblkhd = s.large_live_bytes;
+  mi.usmblks = s.peak_mapped_bytes;
+  mi.uordblks = s.live_bytes;
+  mi.fordblks = s.mapped_bytes > s.live_bytes ? s.mapped_bytes - s.live_bytes : 0;
+  return mi;
+}
+
+void api_malloc_stats(void) { stats_write(2, MAGPIE_STATS_TEXT); }
+
+int api_malloc_info(int options, FILE *fp) {
+  if (options != 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  stats_summary_t s;
+  stats_summary(&s);
+  fprintf(fp,
+          "<malloc version=\"magpie-1\">\n"
+          "<total type=\"live\" count=\"%llu\" size=\"%llu\"/>\n"
+          "<total type=\"large\" count=\"%llu\" size=\"%llu\"/>\n"
+          "<system type=\"current\" size=\"%llu\"/>\n"
+          "<system type=\"max\" size=\"%llu\"/>\n"
+          "</malloc>\n",
+          (unsigned long long)(s.allocs - s.frees), (unsigned long long)s.live_bytes,
+          (unsigned long long)(s.large_allocs - s.large_frees),
+          (unsigned long long)s.large_live_bytes, (unsigned long long)s.mapped_bytes,
+          (unsigned long long)s.peak_mapped_bytes);
+  return 0;
+}

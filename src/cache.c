@@ -1,0 +1,212 @@
+/*
+ * cache: the caches themselves - malloc's size classes and the public object caches - and
+ * what is done to all of them at once: reaping, trimming, fork.
+ *
+ * Theory
+ *   1. A cache is a slab layer plus a depot (cache.h). malloc's 72 size classes are static
+ *      caches without constructors; magpie_cache_create makes object caches with them, whose
+ *      slabs carry PM_TAG_CACHE in the page map so free() refuses their objects.
+ *   2. Magazine size: a cache starts with magazines of about MAG_BYTES_START bytes of objects
+ *      (2..32 rounds), and its depot may double them under contention up to MAG_BYTES_MAX
+ *      (at most 256 rounds). Small at first keeps idle threads cheap; growth buys throughput
+ *      where threads collide.
+ *   3. Reaping: at most once per reap_ms, the first slow path to notice returns each depot's
+ *      unneeded magazines to the slabs (empty slabs go to the arena) and purges the arena's
+ *      dirty pages above `retain`. cache_trim does the same for everything free.
+ *   4. Object-cache ids index the threads' slot tables (mag.c); ids are reused after destroy.
+ *   Lock order (fork takes them all in this order): cache_list_lock, mag_registry_lock, each
+ *   cache's depot lock then slab lock, the heap arena, the metadata pools.
+ */
+#include "cache.h"
+#include "depot.h"
+#include "export.h"
+#include "init.h"
+#include "mag.h"
+#include "meta.h"
+#include "options.h"
+#include "os.h"
+#include "pagemap.h"
+#include "report.h"
+#include "slab.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define MAG_BYTES_START ((size_t)8 << 10)  /* objects in a cache's first magazines */
+#define MAG_BYTES_MAX ((size_t)256 << 10)  /* magazine growth stops here */
+#define MAG_ROUNDS_START_MAX 32u
+#define MAG_ROUNDS_MAX 256u
+#define OBJECT_SIZE_MAX ((size_t)64 << 10) /* object caches: at least 8 objects per 512 KiB span */
+
+cache_t malloc_caches[SC_COUNT + 1];
+
+static lock_t cache_list_lock = LOCK_INIT;
+static cache_t *cache_list;                  /* object caches (cache_list_lock) */
+static bool cache_id_used[MAG_CACHE_SLOTS];  /* (cache_list_lock) */
+static meta_pool_t cache_pool = META_POOL(sizeof(cache_t));
+static uint64_t cache_last_reap;             /* os_now_ns of the last reap (atomic) */
+
+static uint32_t pow2_floor(size_t v) { return v ? (uint32_t)1 << (63 - __builtin_clzl(v)) : 0; }
+
+static uint32_t clamp_rounds(size_t v, uint32_t lo, uint32_t hi) {
+  uint32_t r = pow2_floor(v);
+  return r < lo ? lo : r > hi ? hi : r;
+}
+
+static void cache_setup(cache_t *cp, const char *name, size_t stride, uintptr_t tag) {
+  size_t n = strlen(name);
+  if (n >= sizeof cp->name) n = sizeof cp->name - 1;
+  memcpy(cp->name, name, n);
+  cp->name[n] = '\0';
+  cp->size = stride;
+  cp->span = sc_span_for(stride);
+  cp->per_slab = (uint32_t)(cp->span / stride);
+  cp->tag = tag;
+  lock_init(&cp->slab_lock);
+  uint32_t start = opt.mag_rounds ? clamp_rounds(opt.mag_rounds, 1, MAG_ROUNDS_MAX)
+                                  : clamp_rounds(MAG_BYTES_START / stride, 2, MAG_ROUNDS_START_MAX);
+  depot_init(cp, start, clamp_rounds(MAG_BYTES_MAX / stride, start, MAG_ROUNDS_MAX));
+}
+
+void cache_init(void) {
+  for (unsigned c = 1; c <= SC_COUNT; c++) {
+    cache_setup(&malloc_caches[c], "malloc", sc_info[c].size, c);
+    malloc_caches[c].id = c;
+  }
+}
+
+static size_t cache_reap(bool everything) {
+  for (unsigned c = 1; c <= SC_COUNT; c++) depot_reap(&malloc_caches[c], everything);
+  lock_acquire(&cache_list_lock);
+  for (cache_t *cp = cache_list; cp; cp = cp->next) depot_reap(cp, everything);
+  lock_release(&cache_list_lock);
+  return vmem_reap(&heap_arena, everything ? 0 : opt.retain, everything);
+}
+
+void cache_reap_tick(void) {
+  uint64_t now = os_now_ns(), last = __atomic_load_n(&cache_last_reap, __ATOMIC_RELAXED);
+  if (now - last < (uint64_t)opt.reap_ms * 1000000u) return;
+  if (__atomic_compare_exchange_n(&cache_last_reap, &last, now, false, __ATOMIC_RELAXED,
+                                  __ATOMIC_RELAXED))
+    cache_reap(false);
+}
+
+size_t cache_trim(void) {
+  mag_flush_self();
+  return cache_reap(true);
+}
+
+/* ---- the public object-cache API ---- */
+
+MAGPIE_EXPORT magpie_cache_t *magpie_cache_create(const char *name, size_t size, size_t align,
+                                                  magpie_ctor_t *ctor, magpie_dtor_t *dtor,
+                                                  void *arg, int flags) {
+  (void)flags; /* no creation flags are defined yet */
+  if (align == 0) align = 16;
+  if (size == 0 || size > OBJECT_SIZE_MAX || (align & (align - 1)) || align > OBJECT_SIZE_MAX) {
+    errno = EINVAL;
+    return NULL;
+  }
+  magpie_init();
+  if (align < 16) align = 16;
+  cache_t *cp = meta_alloc(&cache_pool);
+  if (!cp) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  cache_setup(cp, name ? name : "anonymous", (size + align - 1) & ~(align - 1), PM_TAG_CACHE);
+  cp->ctor = ctor;
+  cp->dtor = dtor;
+  cp->arg = arg;
+  lock_acquire(&cache_list_lock);
+  cp->id = MAG_CACHE_SLOTS;
+  for (unsigned i = 0; i < MAG_CACHE_SLOTS && cp->id == MAG_CACHE_SLOTS; i++)
+    if (!cache_id_used[i]) cp->id = i;
+  if (cp->id < MAG_CACHE_SLOTS) cache_id_used[cp->id] = true;
+  cp->next = cache_list;
+  cache_list = cp;
+  lock_release(&cache_list_lock);
+  return (magpie_cache_t *)cp;
+}
+
+MAGPIE_EXPORT void *magpie_cache_alloc(magpie_cache_t *cache, int flags) {
+  cache_t *cp = (cache_t *)cache;
+  void *obj = mag_cache_alloc(cp);
+  if (!obj) {
+    if (flags & MAGPIE_NOFAIL) report_fatal("magpie_cache_alloc failed with MAGPIE_NOFAIL", cp, cp->size);
+    errno = ENOMEM;
+  }
+  return obj;
+}
+
+MAGPIE_EXPORT void magpie_cache_free(magpie_cache_t *cache, void *obj) {
+  if (obj) mag_cache_free((cache_t *)cache, obj);
+}
+
+MAGPIE_EXPORT void magpie_cache_destroy(magpie_cache_t *cache) {
+  cache_t *cp = (cache_t *)cache;
+  if (!cp) return;
+  lock_acquire(&cache_list_lock);
+  for (cache_t **link = &cache_list; *link; link = &(*link)->next)
+    if (*link == cp) {
+      *link = cp->next;
+      break;
+    }
+  lock_release(&cache_list_lock);
+  mag_cache_drain(cp);
+  depot_reap(cp, true);
+  lock_acquire(&cache_list_lock);
+  if (cp->id < MAG_CACHE_SLOTS) cache_id_used[cp->id] = false;
+  lock_release(&cache_list_lock);
+  if (cp->slabs) /* live objects: keep their memory (and the descriptor their slabs name) */
+    report_warning("magpie_cache_destroy: objects still allocated, memory kept, in cache ",
+                   cp->name);
+  else
+    meta_free(&cache_pool, cp);
+}
+
+/* ---- fork ---- */
+
+static void cache_lock_one(cache_t *cp) {
+  lock_acquire(&cp->depot.lock);
+  lock_acquire(&cp->slab_lock);
+}
+
+static void cache_unlock_one(cache_t *cp) {
+  lock_release(&cp->slab_lock);
+  lock_release(&cp->depot.lock);
+}
+
+static void cache_init_locks(cache_t *cp) {
+  lock_init(&cp->slab_lock);
+  lock_init(&cp->depot.lock);
+}
+
+static void cache_for_all(void (*fn)(cache_t *)) {
+  for (unsigned c = 1; c <= SC_COUNT; c++) fn(&malloc_caches[c]);
+  for (cache_t *cp = cache_list; cp; cp = cp->next) fn(cp);
+}
+
+void cache_fork_prepare(void) {
+  lock_acquire(&cache_list_lock);
+  mag_fork_prepare();
+  cache_for_all(cache_lock_one);
+  lock_acquire(&heap_arena.lock);
+  meta_fork_prepare();
+}
+
+void cache_fork_parent(void) {
+  meta_fork_parent();
+  lock_release(&heap_arena.lock);
+  cache_for_all(cache_unlock_one);
+  mag_fork_parent();
+  lock_release(&cache_list_lock);
+}
+
+void cache_fork_child(void) {
+  meta_fork_child();
+  lock_init(&heap_arena.lock);
+  cache_for_all(cache_init_locks);
+  mag_fork_child();
+  lock_init(&cache_list_lock);
+}

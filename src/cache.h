@@ -1,0 +1,70 @@
+/*
+ * cache: one object cache = a slab layer + a depot (+ the magazines threads hold for it).
+ * malloc's size classes are caches without constructors; magpie_cache_create makes others.
+ * The structure is shared by slab.c, depot.c, mag.c and cache.c; each field says who owns it.
+ */
+#ifndef MAGPIE_CACHE_H
+#define MAGPIE_CACHE_H
+
+#include "lock.h"
+#include "magpie.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct slab slab_t;
+
+/* A magazine: a stack of object pointers (Bonwick). */
+typedef struct mag {
+  uint32_t n;       /* rounds held */
+  uint32_t cap;     /* rounds it can hold; 0 only for mag_empty, the shared sentinel */
+  struct mag *next; /* on a depot list */
+  void *rounds[];
+} mag_t;
+
+typedef struct depot {
+  lock_t lock;           /* protects the fields below */
+  mag_t *full, *empty;   /* non-empty magazines; empty magazines */
+  uint32_t nfull, nempty;
+  uint32_t full_min;     /* lowest nfull since the last reap: magazines nobody needed */
+  uint32_t empty_min;    /* same for nempty */
+  uint32_t cap;          /* rounds in magazines made from now on */
+  uint32_t cap_max;
+  uint64_t contended;    /* lock_try failures since the last reap */
+  uint64_t exchanges;    /* magazine exchanges, ever (statistics) */
+} depot_t;
+
+typedef struct cache {
+  /* set at creation, then read-only */
+  char name[32];
+  size_t size;           /* object stride: a multiple of 16 and of the alignment */
+  size_t span;           /* slab span bytes: a power of two, spans aligned to it */
+  uint32_t per_slab;     /* objects in a slab */
+  uintptr_t tag;         /* page-map tag of its slabs: the size class, or PM_TAG_CACHE */
+  unsigned id;           /* malloc: the class; object caches: slot in the threads' tables */
+  magpie_ctor_t *ctor;
+  magpie_dtor_t *dtor;
+  void *arg;
+  /* slab layer */
+  lock_t slab_lock;      /* protects the slab fields below and every slab's free list */
+  slab_t *partial;       /* slabs with free or never-used objects, first served first */
+  size_t slabs;          /* slabs held */
+  size_t slab_objects_out; /* objects handed to the magazine layer and not returned */
+  /* depot */
+  depot_t depot;
+  /* object caches only: the list of all object caches (cache_list_lock) */
+  struct cache *next;
+} cache_t;
+
+extern cache_t malloc_caches[]; /* [1..SC_COUNT]: malloc's size classes */
+
+void cache_init(void);
+/* Runs the periodic reap when reap_ms has passed since the last one (any thread's slow path). */
+void cache_reap_tick(void);
+/* Returns everything free to the OS (malloc_trim); returns the bytes given back. */
+size_t cache_trim(void);
+void cache_fork_prepare(void);
+void cache_fork_parent(void);
+void cache_fork_child(void);
+
+#endif

@@ -1,0 +1,137 @@
+/*
+ * depot: the magazine layer's backing store (Bonwick & Adams, USENIX 2001, section 3).
+ *
+ * Theory
+ *   1. Per cache, a list of magazines that hold rounds ("full"; a magazine flushed at thread
+ *      exit may be partly full, which serves allocation just as well) and a list of empty
+ *      magazines. A thread whose loaded and previous magazines are both exhausted trades one
+ *      with the depot under the depot lock: an empty one for a full one when allocating, a
+ *      full one for an empty one when freeing. So a thread reaches the depot at most once per
+ *      `cap` operations, and producer/consumer pairs pass whole magazines through it: the
+ *      consumer's frees become the producer's allocations, nothing is stranded.
+ *   2. Contention: every exchange first tries the lock; failures are counted, and at the next
+ *      reap a depot that saw more than DEPOT_GROW_CONTENDED of them doubles the size of the
+ *      magazines it makes from then on, up to cap_max, which halves its lock traffic.
+ *   3. Working set: full_min and empty_min record the lowest list lengths since the last reap;
+ *      that many magazines were not needed during the interval, so depot_reap returns exactly
+ *      those to the slab layer (their rounds) and to the metadata pool (the magazines).
+ *   4. Lock order: a depot lock is never held while calling the slab layer or the metadata
+ *      pools; it is a leaf below the thread registry.
+ */
+#include "depot.h"
+#include "meta.h"
+#include "slab.h"
+
+#define DEPOT_GROW_CONTENDED 16 /* failed try-locks per reap interval that justify larger mags */
+#define MAG_POOLS 9             /* magazine capacities 1, 2, 4, ..., 256 */
+
+mag_t mag_empty = {0, 0, NULL};
+
+static meta_pool_t mag_pools[MAG_POOLS] = {
+#define MAG_POOL(k) META_POOL(sizeof(mag_t) + sizeof(void *) * ((size_t)1 << (k)))
+    MAG_POOL(0), MAG_POOL(1), MAG_POOL(2), MAG_POOL(3), MAG_POOL(4),
+    MAG_POOL(5), MAG_POOL(6), MAG_POOL(7), MAG_POOL(8),
+#undef MAG_POOL
+};
+
+static unsigned mag_pool_index(uint32_t cap) { return (unsigned)__builtin_ctz(cap); }
+
+static void mag_destroy(mag_t *m) { meta_free(&mag_pools[mag_pool_index(m->cap)], m); }
+
+void depot_init(cache_t *cp, uint32_t cap, uint32_t cap_max) {
+  depot_t *d = &cp->depot;
+  lock_init(&d->lock);
+  d->cap = cap;
+  d->cap_max = cap_max;
+}
+
+static void depot_lock(depot_t *d) {
+  if (!lock_try(&d->lock)) {
+    lock_acquire(&d->lock);
+    d->contended++;
+  }
+}
+
+static void push(mag_t **list, uint32_t *count, mag_t *m) {
+  m->next = *list;
+  *list = m;
+  (*count)++;
+}
+
+static mag_t *pop(mag_t **list, uint32_t *count, uint32_t *low) {
+  mag_t *m = *list;
+  if (!m) return NULL;
+  *list = m->next;
+  if (--*count < *low) *low = *count;
+  return m;
+}
+
+mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give) {
+  depot_t *d = &cp->depot;
+  depot_lock(d);
+  mag_t *full = pop(&d->full, &d->nfull, &d->full_min);
+  if (full) {
+    d->exchanges++;
+    if (give != &mag_empty) push(&d->empty, &d->nempty, give);
+  }
+  lock_release(&d->lock);
+  return full;
+}
+
+mag_t *depot_empty_mag(cache_t *cp) {
+  depot_t *d = &cp->depot;
+  depot_lock(d);
+  mag_t *m = pop(&d->empty, &d->nempty, &d->empty_min);
+  uint32_t cap = d->cap;
+  lock_release(&d->lock);
+  if (m && m->cap == cap) return m;
+  if (m) mag_destroy(m); /* made before the depot grew its magazines */
+  m = meta_alloc(&mag_pools[mag_pool_index(cap)]);
+  if (m) m->cap = cap;
+  return m;
+}
+
+mag_t *depot_free_exchange(cache_t *cp, mag_t *give) {
+  depot_t *d = &cp->depot;
+  depot_lock(d);
+  mag_t *m = pop(&d->empty, &d->nempty, &d->empty_min);
+  if (m && m->cap == d->cap) { /* the common case: one trip */
+    push(&d->full, &d->nfull, give);
+    d->exchanges++;
+    lock_release(&d->lock);
+    return m;
+  }
+  if (m) push(&d->empty, &d->nempty, m); /* outdated size: let depot_empty_mag replace it */
+  lock_release(&d->lock);
+  if (!(m = depot_empty_mag(cp))) return NULL;
+  depot_put(cp, give);
+  return m;
+}
+
+void depot_put(cache_t *cp, mag_t *m) {
+  depot_t *d = &cp->depot;
+  depot_lock(d);
+  if (m->n) push(&d->full, &d->nfull, m);
+  else push(&d->empty, &d->nempty, m);
+  lock_release(&d->lock);
+}
+
+void depot_reap(cache_t *cp, bool everything) {
+  depot_t *d = &cp->depot;
+  mag_t *fulls = NULL, *empties = NULL;
+  uint32_t junk = 0, none = 0;
+  lock_acquire(&d->lock);
+  uint32_t nf = everything ? d->nfull : d->full_min, ne = everything ? d->nempty : d->empty_min;
+  while (nf-- > 0) push(&fulls, &junk, pop(&d->full, &d->nfull, &none));
+  while (ne-- > 0) push(&empties, &junk, pop(&d->empty, &d->nempty, &none));
+  d->full_min = d->nfull;
+  d->empty_min = d->nempty;
+  if (d->contended > DEPOT_GROW_CONTENDED && d->cap < d->cap_max) d->cap *= 2;
+  d->contended = 0;
+  lock_release(&d->lock);
+  for (mag_t *m; (m = pop(&fulls, &junk, &none)) != NULL;) {
+    slab_free(cp, m->rounds, m->n);
+    mag_destroy(m);
+  }
+  for (mag_t *m; (m = pop(&empties, &junk, &none)) != NULL;) mag_destroy(m);
+}

@@ -1,0 +1,22 @@
+/* depot: full and empty magazines shared by all threads, per cache. See depot.c. */
+#ifndef MAGPIE_DEPOT_H
+#define MAGPIE_DEPOT_H
+
+#include "cache.h"
+
+extern mag_t mag_empty; /* the sentinel: no rounds, no room, never on a depot list */
+
+void depot_init(cache_t *cp, uint32_t cap, uint32_t cap_max);
+/* A non-empty magazine in exchange for `give` (an empty one, or the sentinel); NULL if none. */
+mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give);
+/* An empty magazine in exchange for `give` (a full one); NULL (nothing kept) if none can be made. */
+mag_t *depot_free_exchange(cache_t *cp, mag_t *give);
+/* An empty magazine of the current size, NULL when out of memory. */
+mag_t *depot_empty_mag(cache_t *cp);
+/* Takes a thread's magazine for good (thread exit, trim): kept if it holds rounds. */
+void depot_put(cache_t *cp, mag_t *m);
+/* Returns to the slab layer what the working set did not need since the last reap (all of
+   it when everything), and grows the magazine size if the depot lock was contended. */
+void depot_reap(cache_t *cp, bool everything);
+
+#endif

@@ -1,0 +1,72 @@
+/*
+ * fastpath: malloc and free of a small block, inline. The whole common case is here.
+ *
+ * malloc (size <= 1 KiB): one table load for the class, the thread's loaded magazine, pop.
+ * free: two page-map loads give the class; the pointer must be an object start (one multiply)
+ * and must not carry the free marker (one load); push onto the loaded magazine.
+ * Anything else - an empty or full magazine, a first call, a large block, a bad pointer -
+ * takes one predictable branch to the out-of-line slow path. No lock, no atomic RMW.
+ *
+ * The free marker: a freed block's first word holds (its address ^ mag_secret); malloc
+ * clears it. Seeing it on free means the block is already free: a double free.
+ */
+#ifndef MAGPIE_FASTPATH_H
+#define MAGPIE_FASTPATH_H
+
+#include "mag.h"
+#include "pagemap.h"
+#include "sizeclass.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+void *malloc_slow(size_t size); /* api.c */
+void free_slow(void *p);        /* api.c */
+#ifdef __cplusplus
+}
+#endif
+
+#define MP_LIKELY(x) __builtin_expect(!!(x), 1)
+
+static inline void *fast_malloc(size_t size) {
+  if (MP_LIKELY(size <= SC_LOOKUP_MAX)) {
+    unsigned c = sc_lookup[(size + 15) >> 4];
+    tcache_t *tc = mag_tls;
+    tclass_t *tcl = &tc->cls[c];
+    mag_t *m = tcl->loaded;
+    uint32_t n = m->n;
+    if (MP_LIKELY(n != 0)) {
+      void *p = m->rounds[n - 1];
+      m->n = n - 1;
+      *(uintptr_t *)p = 0;
+      tcl->allocs++;
+      tc->bytes_requested += size;
+      return p;
+    }
+  }
+  return malloc_slow(size);
+}
+
+static inline void fast_free(void *p) {
+  uintptr_t a = (uintptr_t)p, e = pagemap_get(a);
+  unsigned c = (unsigned)(e & PM_TAG_MASK);
+  if (MP_LIKELY(c - 1u < SC_COUNT)) {
+    uintptr_t marker = a ^ mag_secret;
+    if (MP_LIKELY(sc_is_object_start(c, (uint32_t)(a & sc_info[c].span_mask)) &&
+                  *(uintptr_t *)p != marker)) {
+      tclass_t *tcl = &mag_tls->cls[c];
+      mag_t *m = tcl->loaded;
+      uint32_t n = m->n;
+      if (MP_LIKELY(n != m->cap)) {
+        *(uintptr_t *)p = marker;
+        m->rounds[n] = p;
+        m->n = n + 1;
+        tcl->frees++;
+        return;
+      }
+    }
+  }
+  free_slow(p);
+}
+
+#endif

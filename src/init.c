@@ -1,0 +1,85 @@
+/*
+ * init: bringing magpie up exactly once, and keeping it whole across fork.
+ *
+ * Theory
+ *   1. magpie_init runs on the first slow-path call of any thread (the empty-magazine trick
+ *      guarantees one happens before anything is served) or from the library constructor,
+ *      whichever is first, possibly from inside the dynamic loader. It allocates nothing from
+ *      the heap, calls no function that might (no stdio, no getenv, no dlsym), and is guarded
+ *      by a three-state word: other threads wait; a recursive call from the initialising
+ *      thread is an internal error, reported.
+ *   2. Options: if the first call comes before libc has set environ, the constructor reads
+ *      MAGPIE_OPTIONS again once environ exists.
+ *   3. fork: the prepare handler takes every allocator lock in lock order, so the child
+ *      starts with consistent structures; the child re-initialises them (cache.c, mag.c).
+ *      The handlers are registered from the constructor, when malloc already works
+ *      (pthread_atfork itself allocates).
+ *   4. At exit, the destructor writes the statistics report if MAGPIE_OPTIONS asked for one.
+ */
+#include "init.h"
+#include "cache.h"
+#include "mag.h"
+#include "options.h"
+#include "os.h"
+#include "report.h"
+#include "sizeclass.h"
+#include "slab.h"
+#include "stats.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#define HEAP_IMPORT ((size_t)4 << 20) /* the heap arena maps at least this much at a time */
+
+enum { INIT_NONE, INIT_RUNNING, INIT_DONE };
+static int init_state;
+static __thread int init_here; /* the calling thread is initialising */
+static bool init_had_environ;
+
+extern char **environ;
+
+static void *heap_import(void *source, size_t size, size_t align) {
+  (void)source;
+  return os_map_aligned(size, align);
+}
+
+static void heap_release(void *source, void *addr, size_t size) {
+  (void)source;
+  os_unmap(addr, size);
+}
+
+void magpie_init(void) {
+  if (__atomic_load_n(&init_state, __ATOMIC_ACQUIRE) == INIT_DONE) return;
+  int expected = INIT_NONE;
+  if (!__atomic_compare_exchange_n(&init_state, &expected, INIT_RUNNING, false, __ATOMIC_ACQUIRE,
+                                   __ATOMIC_ACQUIRE)) {
+    if (init_here) report_fatal("magpie_init re-entered while initialising", NULL, 0);
+    while (__atomic_load_n(&init_state, __ATOMIC_ACQUIRE) != INIT_DONE) sched_yield();
+    return;
+  }
+  init_here = 1;
+  os_init();
+  init_had_environ = environ != NULL;
+  options_init();
+  sc_init();
+  mag_secret = (uintptr_t)os_random() | 1; /* never 0: a zeroed word must not look freed */
+  vmem_init(&heap_arena, "heap", OS_PAGE, heap_import, heap_release, NULL, HEAP_IMPORT,
+            SC_SPAN_MAX);
+  heap_arena.retain = opt.retain;
+  cache_init();
+  mag_init();
+  init_here = 0;
+  __atomic_store_n(&init_state, INIT_DONE, __ATOMIC_RELEASE);
+}
+
+__attribute__((constructor)) static void magpie_constructor(void) {
+  magpie_init();
+  if (!init_had_environ) {
+    init_had_environ = true;
+    options_init();
+    heap_arena.retain = opt.retain;
+  }
+  pthread_atfork(cache_fork_prepare, cache_fork_parent, cache_fork_child);
+}
+
+__attribute__((destructor)) static void magpie_destructor(void) { stats_at_exit(); }

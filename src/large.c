@@ -1,0 +1,80 @@
+/*
+ * large: blocks above SC_SMALL_MAX (32 KiB) come straight from the heap arena, page granular.
+ *
+ * Theory
+ *   1. The block's size lives in the page-map entry of its first page (pages << 7 | LARGE),
+ *      so no descriptor is needed; the other pages map to nothing, and free() of a pointer
+ *      that is not the first byte is refused.
+ *   2. Blocks of at least `large_own` bytes (default 1 MiB) get a span of their own that goes
+ *      back to the kernel as soon as they are freed. Smaller ones are carved from shared
+ *      spans: freed, they return to the arena (its quantum caches first), which purges them
+ *      at the next reap when more than `retain` bytes are dirty.
+ *   3. calloc skips the memset when the arena says the pages are clean (never written since
+ *      the kernel zeroed them, or purged since).
+ *   4. realloc grows or shrinks in place when the arena can (vmem_resize).
+ */
+#include "large.h"
+#include "init.h"
+#include "mag.h"
+#include "options.h"
+#include "pagemap.h"
+#include "slab.h"
+#include "stats.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define LARGE_MAX ((SIZE_MAX >> 1) - ((size_t)1 << 31)) /* bigger can never be mapped */
+
+static size_t large_live; /* bytes in large blocks (atomic) */
+
+static uintptr_t large_entry(size_t bytes) { return (bytes >> OS_PAGE_SHIFT) << 7 | PM_TAG_LARGE; }
+
+size_t large_size(uintptr_t entry) { return (entry >> 7) << OS_PAGE_SHIFT; }
+
+size_t large_live_bytes(void) { return __atomic_load_n(&large_live, __ATOMIC_RELAXED); }
+
+static void large_account(size_t bytes, int sign) {
+  __atomic_add_fetch(&large_live, sign > 0 ? bytes : -bytes, __ATOMIC_RELAXED);
+  stats_held_add(sign > 0 ? (ptrdiff_t)bytes : -(ptrdiff_t)bytes);
+}
+
+void *large_alloc(size_t size, size_t align, bool zero) {
+  if (size > LARGE_MAX || align > LARGE_MAX) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  magpie_init(); /* a large block can be a process's first allocation */
+  bool clean;
+  size_t bytes = (size + OS_PAGE - 1) & ~(OS_PAGE - 1);
+  void *p = vmem_alloc(&heap_arena, bytes, align, bytes >= opt.large_own ? VMEM_OWN : 0, &clean);
+  if (p && !pagemap_set((uintptr_t)p, OS_PAGE, large_entry(bytes))) {
+    vmem_free(&heap_arena, p, bytes);
+    p = NULL;
+  }
+  if (!p) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (zero && !clean) memset(p, 0, size);
+  large_account(bytes, 1);
+  mag_large_count(size, 1);
+  return p;
+}
+
+void large_free(void *p, uintptr_t entry) {
+  size_t bytes = large_size(entry);
+  pagemap_set((uintptr_t)p, OS_PAGE, 0);
+  vmem_free(&heap_arena, p, bytes);
+  large_account(bytes, -1);
+  mag_large_count(bytes, -1);
+}
+
+bool large_resize(void *p, uintptr_t entry, size_t size) {
+  size_t old = large_size(entry), bytes = (size + OS_PAGE - 1) & ~(OS_PAGE - 1);
+  if (size > LARGE_MAX || !vmem_resize(&heap_arena, p, old, bytes)) return false;
+  pagemap_set((uintptr_t)p, OS_PAGE, large_entry(bytes));
+  large_account(old, -1);
+  large_account(bytes, 1);
+  return true;
+}

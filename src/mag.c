@@ -1,0 +1,316 @@
+/*
+ * mag: the magazine layer, per thread (Bonwick & Adams, USENIX 2001, section 3, with threads
+ * in place of CPUs; docs/design.md says why and what it costs).
+ *
+ * Theory
+ *   1. Each thread owns a tcache: for every cache it uses, a loaded and a previous magazine.
+ *      Allocation pops from the loaded one, free pushes onto it (fastpath.h). When the loaded
+ *      magazine is empty (full), the previous one is tried, and only when both are exhausted
+ *      does the thread trade a magazine with the depot: a miss costs one depot trip per `cap`
+ *      operations at worst, and alternating alloc/free never reaches the depot at all.
+ *   2. The empty-magazine trick (kmem): a thread starts on tcache_boot, whose magazines are the
+ *      shared sentinel mag_empty (no rounds, no room). Its first allocation misses, and the
+ *      miss initialises magpie and the thread; the fast path never asks "initialised?".
+ *      A slot's loaded magazine is the sentinel only while its previous one is too.
+ *   3. Only the owning thread touches its tcache, without locks. Others read its counters
+ *      for statistics (racy but word-sized and monotonic) and, under mag_registry_lock, take
+ *      an object cache's magazines when that cache is destroyed (the program guarantees the
+ *      cache is no longer in use then).
+ *   4. Thread exit: a pthread key destructor gives the thread's magazines to the depots, folds
+ *      its counters into mag_exited and switches the thread to tcache_dead, whose misses go
+ *      straight to the slab layer for whatever the rest of thread teardown allocates.
+ *   5. Held bytes: objects handed to threads (in their magazines or live) are counted at each
+ *      magazine movement, a close upper bound of live bytes kept without any fast-path cost.
+ *   6. Reaping: the slow path runs the periodic reap (cache.c) at most once per reap_ms.
+ *   Lock order: mag_registry_lock, then depot locks, then slab locks.
+ */
+#include "mag.h"
+#include "depot.h"
+#include "init.h"
+#include "meta.h"
+#include "os.h"
+#include "pagemap.h"
+#include "report.h"
+#include "slab.h"
+#include "stats.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+#define TCLASS_EMPTY {&mag_empty, &mag_empty, 0, 0}
+
+tcache_t tcache_boot = {.cls = {[0 ... SC_COUNT] = TCLASS_EMPTY}};
+tcache_t tcache_dead = {.cls = {[0 ... SC_COUNT] = TCLASS_EMPTY}};
+__thread tcache_t *mag_tls __attribute__((tls_model("initial-exec"))) = &tcache_boot;
+uintptr_t mag_secret;
+
+static meta_pool_t tcache_pool = META_POOL(sizeof(tcache_t));
+static pthread_key_t mag_key;
+static lock_t mag_registry_lock = LOCK_INIT;
+static tcache_t mag_registry = {.next = &mag_registry, .prev = &mag_registry};
+static mag_totals_t mag_exited; /* counters of exited threads (mag_registry_lock) */
+
+void mag_init(void) {
+  if (pthread_key_create(&mag_key, mag_thread_exit) != 0)
+    report_fatal("no pthread key for thread exit", NULL, 0);
+}
+
+/* Makes the calling thread's tcache; falls back to tcache_dead when memory is exhausted. */
+static tcache_t *mag_thread_start(void) {
+  magpie_init();
+  tcache_t *tc = meta_alloc(&tcache_pool);
+  if (!tc) return mag_tls = &tcache_dead;
+  for (unsigned c = 0; c <= SC_COUNT; c++) tc->cls[c] = (tclass_t)TCLASS_EMPTY;
+  lock_acquire(&mag_registry_lock);
+  tc->next = mag_registry.next;
+  tc->prev = &mag_registry;
+  mag_registry.next->prev = tc;
+  mag_registry.next = tc;
+  mag_exited.threads_ever++;
+  lock_release(&mag_registry_lock);
+  mag_tls = tc; /* before pthread_setspecific, which may allocate */
+  pthread_setspecific(mag_key, tc);
+  return tc;
+}
+
+static tcache_t *mag_self(void) {
+  tcache_t *tc = mag_tls;
+  return tc == &tcache_boot ? mag_thread_start() : tc;
+}
+
+/* The slow paths shared by malloc classes and object caches. */
+static void *mag_alloc_miss(cache_t *cp, tclass_t *t) {
+  mag_t *l = t->loaded, *p = t->prev;
+  if (p->n > 0) { /* the previous magazine has rounds: swap */
+    t->loaded = p;
+    t->prev = l;
+    l = p;
+  } else {
+    cache_reap_tick();
+    mag_t *full = depot_alloc_exchange(cp, p);
+    if (full) {
+      t->prev = l;
+      t->loaded = l = full;
+    } else {
+      if (l == &mag_empty) {
+        if (!(l = depot_empty_mag(cp))) return NULL;
+        t->loaded = l;
+      }
+      l->n = slab_alloc(cp, l->rounds, l->cap);
+      if (l->n == 0) return NULL;
+    }
+    stats_held_add((ptrdiff_t)(l->n * cp->size));
+  }
+  return l->rounds[--l->n];
+}
+
+/* Returns false when no empty magazine could be had; the caller frees to the slab itself. */
+static bool mag_free_miss(cache_t *cp, tclass_t *t, void *obj) {
+  mag_t *l = t->loaded, *p = t->prev;
+  if (p->n < p->cap) { /* the previous magazine has room: swap */
+    t->loaded = p;
+    t->prev = l;
+    l = p;
+  } else {
+    cache_reap_tick();
+    size_t given = p->n * cp->size;
+    mag_t *e = p == &mag_empty ? depot_empty_mag(cp) : depot_free_exchange(cp, p);
+    if (!e) return false;
+    stats_held_add(-(ptrdiff_t)given);
+    t->prev = l;
+    t->loaded = l = e;
+  }
+  l->rounds[l->n++] = obj;
+  return true;
+}
+
+static void *mag_direct_alloc(cache_t *cp) {
+  void *obj;
+  if (slab_alloc(cp, &obj, 1) != 1) return NULL;
+  stats_held_add((ptrdiff_t)cp->size);
+  return obj;
+}
+
+static void mag_direct_free(cache_t *cp, void *obj) {
+  slab_free(cp, &obj, 1);
+  stats_held_add(-(ptrdiff_t)cp->size);
+}
+
+void *mag_malloc(unsigned c, size_t size) {
+  tcache_t *tc = mag_self();
+  cache_t *cp = &malloc_caches[c];
+  tclass_t *t = &tc->cls[c];
+  void *p;
+  if (t->loaded->n) p = t->loaded->rounds[--t->loaded->n];
+  else if (tc == &tcache_dead) p = mag_direct_alloc(cp);
+  else p = mag_alloc_miss(cp, t);
+  if (!p) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  *(uintptr_t *)p = 0;
+  if (tc != &tcache_dead) { /* tcache_dead is shared: its counters stay zero */
+    t->allocs++;
+    tc->bytes_requested += size;
+  }
+  return p;
+}
+
+void mag_free(unsigned c, void *p) {
+  uintptr_t a = (uintptr_t)p;
+  if (!sc_is_object_start(c, (uint32_t)(a & sc_info[c].span_mask)))
+    report_heap_error("invalid free", p, "interior pointer, not the start of a block");
+  if (*(uintptr_t *)p == (a ^ mag_secret)) report_heap_error("double free", p, "block already free");
+  tcache_t *tc = mag_self();
+  cache_t *cp = &malloc_caches[c];
+  tclass_t *t = &tc->cls[c];
+  *(uintptr_t *)p = a ^ mag_secret;
+  if (tc == &tcache_dead) {
+    mag_direct_free(cp, p);
+    return;
+  }
+  t->frees++;
+  if (t->loaded->n < t->loaded->cap) t->loaded->rounds[t->loaded->n++] = p;
+  else if (!mag_free_miss(cp, t, p)) mag_direct_free(cp, p);
+}
+
+void mag_large_count(size_t size, int sign) {
+  tcache_t *tc = mag_self();
+  if (tc == &tcache_dead) return;
+  if (sign > 0) {
+    tc->large_allocs++;
+    tc->bytes_requested += size;
+  } else {
+    tc->large_frees++;
+  }
+}
+
+/* ---- object caches ---- */
+
+static tclass_t *mag_slot(tcache_t *tc, cache_t *cp) {
+  if (tc == &tcache_dead || cp->id >= MAG_CACHE_SLOTS) return NULL;
+  tslot_t *slots = tc->slots;
+  if (!slots) { /* published atomically: mag_cache_drain reads it from other threads */
+    if (!(slots = os_map(MAG_CACHE_SLOTS * sizeof(tslot_t)))) return NULL;
+    __atomic_store_n(&tc->slots, slots, __ATOMIC_RELEASE);
+  }
+  tslot_t *s = &slots[cp->id];
+  if (s->cache != cp) { /* first use, or the slot of a destroyed cache (already drained) */
+    s->cache = cp;
+    s->mags = (tclass_t)TCLASS_EMPTY;
+  }
+  return &s->mags;
+}
+
+void *mag_cache_alloc(cache_t *cp) {
+  tclass_t *t = mag_slot(mag_self(), cp);
+  void *obj;
+  if (!t) obj = mag_direct_alloc(cp);
+  else if (t->loaded->n) obj = t->loaded->rounds[--t->loaded->n];
+  else obj = mag_alloc_miss(cp, t);
+  if (obj && t) t->allocs++;
+  return obj;
+}
+
+void mag_cache_free(cache_t *cp, void *obj) {
+  if (!slab_of(cp, obj)) report_heap_error("invalid free", obj, "not an object of this cache");
+  tclass_t *t = mag_slot(mag_self(), cp);
+  if (!t) {
+    mag_direct_free(cp, obj);
+    return;
+  }
+  t->frees++;
+  if (t->loaded->n < t->loaded->cap) t->loaded->rounds[t->loaded->n++] = obj;
+  else if (!mag_free_miss(cp, t, obj)) mag_direct_free(cp, obj);
+}
+
+/* Gives a thread's magazines of one cache to its depot. */
+static void mag_give_back(cache_t *cp, tclass_t *t) {
+  mag_t *both[2] = {t->loaded, t->prev};
+  for (int i = 0; i < 2; i++)
+    if (both[i] != &mag_empty) {
+      stats_held_add(-(ptrdiff_t)(both[i]->n * cp->size));
+      depot_put(cp, both[i]);
+    }
+  t->loaded = t->prev = &mag_empty;
+}
+
+void mag_cache_drain(cache_t *cp) {
+  if (cp->id >= MAG_CACHE_SLOTS) return;
+  lock_acquire(&mag_registry_lock);
+  for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
+    tslot_t *slots = __atomic_load_n(&tc->slots, __ATOMIC_ACQUIRE);
+    if (slots && slots[cp->id].cache == cp) {
+      mag_give_back(cp, &slots[cp->id].mags);
+      slots[cp->id].cache = NULL;
+    }
+  }
+  lock_release(&mag_registry_lock);
+}
+
+/* ---- thread exit, trim, statistics ---- */
+
+static void mag_flush(tcache_t *tc) {
+  for (unsigned c = 1; c <= SC_COUNT; c++) mag_give_back(&malloc_caches[c], &tc->cls[c]);
+}
+
+void mag_flush_self(void) {
+  tcache_t *tc = mag_tls;
+  if (tc != &tcache_boot && tc != &tcache_dead) mag_flush(tc);
+}
+
+static void mag_fold(mag_totals_t *sum, const tcache_t *tc) {
+  for (unsigned c = 1; c <= SC_COUNT; c++) {
+    sum->allocs[c] += tc->cls[c].allocs;
+    sum->frees[c] += tc->cls[c].frees;
+  }
+  sum->bytes_requested += tc->bytes_requested;
+  sum->large_allocs += tc->large_allocs;
+  sum->large_frees += tc->large_frees;
+}
+
+void mag_thread_exit(void *arg) {
+  tcache_t *tc = arg;
+  mag_flush(tc);
+  lock_acquire(&mag_registry_lock);
+  if (tc->slots)
+    for (unsigned i = 0; i < MAG_CACHE_SLOTS; i++)
+      if (tc->slots[i].cache) mag_give_back(tc->slots[i].cache, &tc->slots[i].mags);
+  tc->prev->next = tc->next;
+  tc->next->prev = tc->prev;
+  mag_fold(&mag_exited, tc);
+  lock_release(&mag_registry_lock);
+  if (tc->slots) os_unmap(tc->slots, MAG_CACHE_SLOTS * sizeof(tslot_t));
+  mag_tls = &tcache_dead;
+  meta_free(&tcache_pool, tc);
+}
+
+void mag_totals(mag_totals_t *out) {
+  lock_acquire(&mag_registry_lock);
+  *out = mag_exited;
+  for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
+    mag_fold(out, tc);
+    out->threads_live++;
+  }
+  lock_release(&mag_registry_lock);
+}
+
+void mag_fork_prepare(void) { lock_acquire(&mag_registry_lock); }
+void mag_fork_parent(void) { lock_release(&mag_registry_lock); }
+
+/* In the child only the forking thread exists: the other threads' caches are gone with them
+   (their magazines are leaked, bounded by their size), and the registry holds just this one. */
+void mag_fork_child(void) {
+  lock_init(&mag_registry_lock);
+  tcache_t *self = mag_tls;
+  for (tcache_t *tc = mag_registry.next, *next; tc != &mag_registry; tc = next) {
+    next = tc->next;
+    if (tc != self) mag_fold(&mag_exited, tc);
+  }
+  mag_registry.next = mag_registry.prev = &mag_registry;
+  if (self != &tcache_boot && self != &tcache_dead) {
+    self->next = self->prev = &mag_registry;
+    mag_registry.next = mag_registry.prev = self;
+  }
+}

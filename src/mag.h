@@ -1,0 +1,62 @@
+/* mag: the per-thread magazine layer. See mag.c. */
+#ifndef MAGPIE_MAG_H
+#define MAGPIE_MAG_H
+
+#include "cache.h"
+#include "sizeclass.h"
+
+#define MAG_CACHE_SLOTS 256 /* object caches with a per-thread slot; later ones go to the depot */
+
+/* One cache as seen by one thread: Bonwick's loaded and previous magazines, and counters. */
+typedef struct tclass {
+  mag_t *loaded;   /* never NULL; &mag_empty only while prev is too */
+  mag_t *prev;
+  uint64_t allocs; /* objects handed out by this thread (written by the owner only) */
+  uint64_t frees;
+} tclass_t;
+
+typedef struct tslot {
+  tclass_t mags;
+  cache_t *cache; /* the object cache these magazines belong to, or NULL */
+} tslot_t;
+
+typedef struct tcache {
+  tclass_t cls[SC_COUNT + 1]; /* malloc's size classes; [0] is never used */
+  uint64_t bytes_requested;   /* sum of malloc sizes (small and large) */
+  uint64_t large_allocs, large_frees;
+  tslot_t *slots;             /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
+  struct tcache *next, *prev; /* the registry of live thread caches (mag_registry_lock) */
+} tcache_t;
+
+/* The calling thread's cache: &tcache_boot before its first allocation, &tcache_dead after it
+   exited. Both have only empty magazines, so the fast path always misses on them. */
+extern __thread tcache_t *mag_tls __attribute__((tls_model("initial-exec")));
+extern tcache_t tcache_boot, tcache_dead;
+extern uintptr_t mag_secret; /* the free marker of block p is p ^ mag_secret */
+
+void mag_init(void);
+void *mag_malloc(unsigned c, size_t size); /* the slow path of class c */
+void mag_free(unsigned c, void *p);        /* the slow path, with the checks */
+void mag_thread_exit(void *tc);
+/* Flushes the calling thread's magazines to the depots (malloc_trim). */
+void mag_flush_self(void);
+void mag_large_count(size_t size, int sign); /* statistics of large blocks */
+
+/* object caches */
+void *mag_cache_alloc(cache_t *cp);
+void mag_cache_free(cache_t *cp, void *obj);
+void mag_cache_drain(cache_t *cp); /* takes every thread's magazines of cp (cache destroy) */
+
+/* statistics: sums over live threads and the exited ones */
+typedef struct {
+  uint64_t allocs[SC_COUNT + 1], frees[SC_COUNT + 1];
+  uint64_t bytes_requested, large_allocs, large_frees;
+  uint64_t threads_live, threads_ever;
+} mag_totals_t;
+void mag_totals(mag_totals_t *out);
+
+void mag_fork_prepare(void);
+void mag_fork_parent(void);
+void mag_fork_child(void);
+
+#endif

@@ -1,0 +1,77 @@
+/*
+ * meta: pools of fixed-size records that magpie itself needs (vmem segment tags, slab
+ * descriptors, magazines, thread caches, caches).
+ *
+ * Theory
+ *   1. Metadata never lives in the heap it describes: a corrupted user block cannot overwrite
+ *      a slab descriptor, and the allocator needs no allocator to describe itself.
+ *   2. A pool carves chunks mapped from the OS into objects of one size; freed objects go on a
+ *      LIFO list and are reused, never unmapped (metadata is a small fraction of the heap:
+ *      a 64 KiB span costs one 128-byte descriptor).
+ *   3. Objects whose size is a multiple of 128 are 128-byte aligned: slab descriptors keep a
+ *      size-class tag in the low 7 bits of their page-map entries.
+ *   4. Lock order: a pool's lock is a leaf; nothing is called while holding it but os_map.
+ */
+#include "meta.h"
+#include "os.h"
+
+#include <string.h>
+
+#define META_CHUNK ((size_t)64 << 10) /* small enough to waste little, big enough to amortise */
+
+static lock_t meta_pools_lock = LOCK_INIT;
+static meta_pool_t *meta_pools; /* every pool that has carved a chunk */
+
+void *meta_alloc(meta_pool_t *pool) {
+  lock_acquire(&pool->lock);
+  void *obj = pool->free;
+  if (obj) {
+    pool->free = *(void **)obj;
+    memset(obj, 0, pool->size);
+  } else {
+    if ((size_t)(pool->end - pool->bump) < pool->size) {
+      size_t chunk = pool->size * 16 > META_CHUNK ? pool->size * 16 : META_CHUNK;
+      char *mem = os_map(chunk);
+      if (!mem) {
+        lock_release(&pool->lock);
+        return NULL;
+      }
+      if (!pool->end) {
+        lock_acquire(&meta_pools_lock);
+        pool->next = meta_pools;
+        meta_pools = pool;
+        lock_release(&meta_pools_lock);
+      }
+      pool->bump = mem;
+      pool->end = mem + chunk - chunk % pool->size;
+    }
+    obj = pool->bump; /* fresh from mmap: already zero */
+    pool->bump += pool->size;
+  }
+  pool->live++;
+  lock_release(&pool->lock);
+  return obj;
+}
+
+void meta_free(meta_pool_t *pool, void *obj) {
+  lock_acquire(&pool->lock);
+  *(void **)obj = pool->free;
+  pool->free = obj;
+  pool->live--;
+  lock_release(&pool->lock);
+}
+
+void meta_fork_prepare(void) {
+  lock_acquire(&meta_pools_lock);
+  for (meta_pool_t *p = meta_pools; p; p = p->next) lock_acquire(&p->lock);
+}
+
+void meta_fork_parent(void) {
+  for (meta_pool_t *p = meta_pools; p; p = p->next) lock_release(&p->lock);
+  lock_release(&meta_pools_lock);
+}
+
+void meta_fork_child(void) {
+  for (meta_pool_t *p = meta_pools; p; p = p->next) lock_init(&p->lock);
+  lock_init(&meta_pools_lock);
+}

@@ -1,0 +1,134 @@
+/*
+ * options: one table, parsed once.
+ *
+ * Theory
+ *   1. MAGPIE_OPTIONS="name=value,..." is read straight from environ at initialisation: getenv
+ *      may not be usable that early and nothing here may allocate. Values are decimal with an
+ *      optional k/m/g suffix (powers of 1024), or a word where the table lists words.
+ *   2. An unknown name, or a value that does not parse, gives one warning naming it; the
+ *      option keeps its default. Parsing never fails the program.
+ *   3. opt is written only before the allocator serves its first request, then only read.
+ */
+#include "options.h"
+#include "report.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+extern char **environ;
+
+options_t opt = {
+    .stats = OPT_STATS_OFF,
+    .mag_rounds = 0,
+    .reap_ms = 1000,         /* Bonwick's update interval was 15 s; allocation bursts are faster */
+    .retain = 8u << 20,      /* enough to absorb churn of a few large blocks without mmap */
+    .large_own = 1u << 20,   /* above this, own mappings: freeing gives the pages back at once */
+};
+
+typedef enum { OPT_SIZE, OPT_STATS_WORD, OPT_PATH } opt_kind_t;
+
+typedef struct opt_entry {
+  const char *name;
+  opt_kind_t kind;
+  size_t offset;
+} opt_entry_t;
+
+static const opt_entry_t opt_table[] = {
+    {"stats", OPT_STATS_WORD, offsetof(options_t, stats)},
+    {"stats_file", OPT_PATH, offsetof(options_t, stats_file)},
+    {"mag_rounds", OPT_SIZE, offsetof(options_t, mag_rounds)},
+    {"reap_ms", OPT_SIZE, offsetof(options_t, reap_ms)},
+    {"retain", OPT_SIZE, offsetof(options_t, retain)},
+    {"large_own", OPT_SIZE, offsetof(options_t, large_own)},
+};
+
+static bool opt_parse_size(const char *s, size_t len, size_t *out) {
+  size_t v = 0, i = 0;
+  if (len == 0) return false;
+  for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
+    if (v > (SIZE_MAX - 9) / 10) return false;
+    v = v * 10 + (size_t)(s[i] - '0');
+  }
+  if (i == 0) return false;
+  if (i + 1 == len) {
+    unsigned shift = s[i] == 'k' || s[i] == 'K' ? 10 : s[i] == 'm' || s[i] == 'M' ? 20
+                     : s[i] == 'g' || s[i] == 'G' ? 30 : 0;
+    if (shift == 0 || v > (SIZE_MAX >> shift)) return false;
+    v <<= shift;
+  } else if (i != len) {
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+static bool opt_word(const char *s, size_t len, const char *word) {
+  return strlen(word) == len && memcmp(s, word, len) == 0;
+}
+
+static bool opt_set(const opt_entry_t *e, const char *val, size_t len) {
+  char *field = (char *)&opt + e->offset;
+  switch (e->kind) {
+  case OPT_SIZE:
+    return opt_parse_size(val, len, (size_t *)field);
+  case OPT_STATS_WORD: {
+    size_t *v = (size_t *)field;
+    if (opt_word(val, len, "0") || opt_word(val, len, "off")) *v = OPT_STATS_OFF;
+    else if (opt_word(val, len, "1") || opt_word(val, len, "text")) *v = OPT_STATS_TEXT;
+    else if (opt_word(val, len, "json")) *v = OPT_STATS_JSON;
+    else return false;
+    return true;
+  }
+  case OPT_PATH:
+    if (len == 0 || len >= sizeof opt.stats_file) return false;
+    memcpy(field, val, len);
+    field[len] = '\0';
+    return true;
+  }
+  return false;
+}
+
+/* Copies at most cap-1 bytes of s into a NUL-terminated buffer for a warning. */
+static const char *opt_quote(char *buf, size_t cap, const char *s, size_t len) {
+  if (len >= cap) len = cap - 1;
+  memcpy(buf, s, len);
+  buf[len] = '\0';
+  return buf;
+}
+
+void options_parse(const char *text) {
+  const char *s = text;
+  while (*s) {
+    const char *end = s;
+    while (*end && *end != ',') end++;
+    const char *eq = s;
+    while (eq < end && *eq != '=') eq++;
+    size_t name_len = (size_t)(eq - s);
+    const char *val = eq < end ? eq + 1 : end;
+    size_t val_len = (size_t)(end - val);
+    char quoted[64];
+    if (name_len > 0) {
+      const opt_entry_t *found = NULL;
+      for (size_t i = 0; i < sizeof opt_table / sizeof opt_table[0]; i++)
+        if (opt_word(s, name_len, opt_table[i].name)) found = &opt_table[i];
+      if (!found)
+        report_warning("unknown option in MAGPIE_OPTIONS (ignored): ",
+                       opt_quote(quoted, sizeof quoted, s, name_len));
+      else if (eq == end || !opt_set(found, val, val_len))
+        report_warning("bad value in MAGPIE_OPTIONS (default kept): ",
+                       opt_quote(quoted, sizeof quoted, s, (size_t)(end - s)));
+    }
+    s = *end ? end + 1 : end;
+  }
+}
+
+void options_init(void) {
+  static const char key[] = "MAGPIE_OPTIONS=";
+  if (!environ) return;
+  for (char **e = environ; *e; e++)
+    if (strncmp(*e, key, sizeof key - 1) == 0) {
+      options_parse(*e + sizeof key - 1);
+      return;
+    }
+}

@@ -1,0 +1,207 @@
+/*
+ * os: every system call magpie makes goes through this file.
+ *
+ * Theory
+ *   1. Memory: anonymous private mappings. os_map_aligned over-maps by the alignment and unmaps
+ *      the ends, so an aligned span costs no waste after the call. os_purge uses MADV_DONTNEED:
+ *      the pages go back at once and read as zero afterwards, which lets vmem mark purged
+ *      ranges clean (calloc then skips the memset). MADV_FREE is lazier but leaves RSS high
+ *      until the kernel is under pressure and gives no zero guarantee, so it is not used.
+ *   2. Machine facts are read at os_init without allocating: the page size from the auxiliary
+ *      vector, the CPUs from the affinity mask bounded by a cgroup v2 quota, and whether glibc
+ *      registered an rseq area (__rseq_size; magpie never registers a second one).
+ *   3. Accounting: os_mapped_bytes is what magpie holds from the kernel, metadata included.
+ *   4. Futexes back lock.h's sleeping path.
+ * Nothing here allocates or takes a lock; all of it is safe from any thread at any time.
+ */
+#define _GNU_SOURCE
+#include "os.h"
+#include "lock.h"
+#include "report.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stddef.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <string.h>
+#include <unistd.h>
+
+#define OS_SPIN_LIMIT 100 /* pause loops before a contended lock sleeps */
+
+extern const unsigned int __rseq_size __attribute__((weak));
+
+static size_t os_mapped;      /* bytes mapped now (atomic) */
+static size_t os_mapped_max;  /* high-water mark of os_mapped (atomic) */
+static unsigned os_ncpu = 1;  /* set once by os_init */
+
+static void os_account(ptrdiff_t delta) {
+  size_t now = __atomic_add_fetch(&os_mapped, (size_t)delta, __ATOMIC_RELAXED);
+  size_t peak = __atomic_load_n(&os_mapped_max, __ATOMIC_RELAXED);
+  while (now > peak && !__atomic_compare_exchange_n(&os_mapped_max, &peak, now, true,
+                                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
+void *os_map(size_t size) {
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  os_account((ptrdiff_t)size);
+  return p;
+}
+
+void *os_map_aligned(size_t size, size_t align) {
+  if (align <= OS_PAGE) return os_map(size);
+  if (size + align < size) return NULL;
+  char *raw = mmap(NULL, size + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                   0);
+  if (raw == MAP_FAILED) return NULL;
+  uintptr_t start = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
+  size_t head = start - (uintptr_t)raw, tail = align - head;
+  if (head) munmap(raw, head);
+  if (tail) munmap((char *)start + size, tail);
+  os_account((ptrdiff_t)size);
+  return (void *)start;
+}
+
+void os_unmap(void *p, size_t size) {
+  if (munmap(p, size) != 0) report_fatal("munmap failed", p, size);
+  os_account(-(ptrdiff_t)size);
+}
+
+void os_purge(void *p, size_t size) { madvise(p, size, MADV_DONTNEED); }
+
+size_t os_mapped_bytes(void) { return __atomic_load_n(&os_mapped, __ATOMIC_RELAXED); }
+size_t os_mapped_peak(void) { return __atomic_load_n(&os_mapped_max, __ATOMIC_RELAXED); }
+
+/* Reads a small file into buf (NUL-terminated); returns the length, or -1. */
+static ssize_t os_read_file(const char *path, char *buf, size_t cap) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, cap - 1);
+  close(fd);
+  if (n < 0) return -1;
+  buf[n] = '\0';
+  return n;
+}
+
+static unsigned long os_parse_ulong(const char **s) {
+  unsigned long v = 0;
+  while (**s >= '0' && **s <= '9') v = v * 10 + (unsigned long)(*(*s)++ - '0');
+  return v;
+}
+
+/* CPUs allowed by the cgroup v2 quota of this process ("max" or "QUOTA PERIOD"); 0 = no limit. */
+static unsigned os_cgroup_cpus(void) {
+  char buf[512], path[600];
+  if (os_read_file("/proc/self/cgroup", buf, sizeof buf) <= 0) return 0;
+  const char *line = buf; /* the v2 entry is "0::/path" */
+  while (line && !(line[0] == '0' && line[1] == ':' && line[2] == ':')) {
+    while (*line && *line != '\n') line++;
+    line = *line ? line + 1 : NULL;
+  }
+  if (!line) return 0;
+  size_t n = 0;
+  const char *prefix = "/sys/fs/cgroup";
+  while (*prefix) path[n++] = *prefix++;
+  for (const char *s = line + 3; *s && *s != '\n' && n < sizeof path - 16; s++) path[n++] = *s;
+  const char *leaf = "/cpu.max";
+  while (*leaf) path[n++] = *leaf++;
+  path[n] = '\0';
+  if (os_read_file(path, buf, sizeof buf) <= 0 || buf[0] < '0' || buf[0] > '9') return 0;
+  const char *s = buf;
+  unsigned long quota = os_parse_ulong(&s);
+  if (*s++ != ' ') return 0;
+  unsigned long period = os_parse_ulong(&s);
+  if (period == 0) return 0;
+  return (unsigned)((quota + period - 1) / period);
+}
+
+void os_init(void) {
+  unsigned long page = getauxval(AT_PAGESZ);
+  if (page != 0 && page != OS_PAGE) report_fatal("unsupported kernel page size", NULL, page);
+  cpu_set_t set;
+  unsigned n = 1;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+    n = (unsigned)CPU_COUNT(&set);
+  unsigned quota = os_cgroup_cpus();
+  os_ncpu = quota && quota < n ? quota : n;
+}
+
+unsigned os_cpu_count(void) { return os_ncpu; }
+
+bool os_rseq_available(void) { return &__rseq_size != NULL && __rseq_size >= 20; }
+
+uint64_t os_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void os_futex_wait(uint32_t *word, uint32_t expected) {
+  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+void os_futex_wake(uint32_t *word, int count) {
+  syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
+}
+
+void os_write_all(int fd, const char *buf, size_t len) {
+  while (len > 0) {
+    ssize_t n = write(fd, buf, len);
+    if (n <= 0) return;
+    buf += n;
+    len -= (size_t)n;
+  }
+}
+
+int os_open_write(const char *path) {
+  return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+}
+
+void os_close(int fd) { close(fd); }
+
+int os_getpid(void) { return (int)getpid(); }
+
+size_t os_rss_bytes(void) {
+  char buf[128];
+  if (os_read_file("/proc/self/statm", buf, sizeof buf) <= 0) return 0;
+  const char *s = buf;
+  os_parse_ulong(&s);
+  s++;
+  return os_parse_ulong(&s) * OS_PAGE;
+}
+
+/* lock.h's slow paths live here because they sleep in the kernel. */
+void lock_acquire_slow(lock_t *l) {
+  for (int i = 0; i < OS_SPIN_LIMIT; i++) {
+    __builtin_ia32_pause();
+    if (__atomic_load_n(&l->state, __ATOMIC_RELAXED) == 0 && lock_try(l)) return;
+  }
+  while (__atomic_exchange_n(&l->state, 2, __ATOMIC_ACQUIRE) != 0) os_futex_wait(&l->state, 2);
+}
+
+void lock_release_wake(lock_t *l) { os_futex_wake(&l->state, 1); }
+
+void *os_map_file(const char *path, size_t *size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  off_t end = lseek(fd, 0, SEEK_END);
+  void *p = end > 0 ? mmap(NULL, (size_t)end, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+  close(fd);
+  if (p == MAP_FAILED) return NULL;
+  *size = (size_t)end;
+  return p;
+}
+
+void os_unmap_file(void *p, size_t size) { munmap(p, size); }
+
+uint64_t os_random(void) {
+  uint64_t r = 0;
+  const unsigned char *bytes = (const unsigned char *)getauxval(AT_RANDOM);
+  if (bytes) memcpy(&r, bytes + 8, sizeof r); /* glibc uses the first 8 for the stack guard */
+  return r ^ (uint64_t)(uintptr_t)&r;
+}

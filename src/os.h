@@ -1,0 +1,37 @@
+/* os: the contract between magpie and the kernel. See os.c. */
+#ifndef MAGPIE_OS_H
+#define MAGPIE_OS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define OS_PAGE_SHIFT 12 /* magpie's page; os_init() checks the kernel agrees */
+#define OS_PAGE ((size_t)1 << OS_PAGE_SHIFT)
+
+void os_init(void);
+void *os_map(size_t size);                     /* zeroed, page aligned; NULL on failure */
+void *os_map_aligned(size_t size, size_t align); /* align: a power of two >= OS_PAGE */
+void os_unmap(void *p, size_t size);
+void os_purge(void *p, size_t size); /* contents become zero, pages go back to the kernel */
+size_t os_mapped_bytes(void);
+size_t os_mapped_peak(void);
+unsigned os_cpu_count(void); /* CPUs this process may use: affinity mask and cgroup quota */
+bool os_rseq_available(void);
+uint64_t os_now_ns(void); /* monotonic, coarse (a few ms) */
+void os_futex_wait(uint32_t *word, uint32_t expected);
+void os_futex_wake(uint32_t *word, int count);
+void os_write_all(int fd, const char *buf, size_t len);
+int os_open_write(const char *path); /* O_CREAT|O_TRUNC|O_CLOEXEC, mode 0644; -1 on failure */
+void os_close(int fd);
+int os_getpid(void);
+size_t os_rss_bytes(void);
+
+
+
+/* A read-only private mapping of a whole file (for symbolising); NULL on failure. */
+void *os_map_file(const char *path, size_t *size);
+void os_unmap_file(void *p, size_t size);
+/* 64 random bits from the kernel's AT_RANDOM bytes, without a system call. */
+uint64_t os_random(void);
+#endif

@@ -1,0 +1,39 @@
+/*
+ * pagemap: address -> what magpie knows of that page, in two levels over the 47-bit user
+ * address space. A leaf covers 1 GiB (2^18 pages) and is mapped on first use; untouched parts of
+ * a leaf cost no memory. An entry is:
+ *   0                          not magpie's (or not the first page of a large block)
+ *   slab | tag (1..SC_COUNT)   a page of a malloc size-class slab; slab descriptors are
+ *                              128-byte aligned, the tag is the size class
+ *   slab | PM_TAG_CACHE        a page of an object-cache slab (magpie_cache_*)
+ *   pages << 7 | PM_TAG_LARGE  the first page of a large block of that many pages
+ * Entries are written only when memory is handed to a slab or a large block, before any pointer
+ * into it escapes, and cleared before it is given back; readers need no lock.
+ */
+#ifndef MAGPIE_PAGEMAP_H
+#define MAGPIE_PAGEMAP_H
+
+#include "os.h"
+#include <stdbool.h>
+#include <stdint.h>
+
+#define PM_ROOT_BITS 17
+#define PM_LEAF_BITS (47 - OS_PAGE_SHIFT - PM_ROOT_BITS)
+#define PM_TAG_MASK ((uintptr_t)127)
+#define PM_TAG_CACHE ((uintptr_t)126)
+#define PM_TAG_LARGE ((uintptr_t)127)
+
+extern uintptr_t *pagemap_root[(size_t)1 << PM_ROOT_BITS];
+
+static inline uintptr_t pagemap_get(uintptr_t addr) {
+  if (__builtin_expect(addr >> 47, 0)) return 0;
+  uintptr_t *leaf = __atomic_load_n(&pagemap_root[addr >> (47 - PM_ROOT_BITS)], __ATOMIC_ACQUIRE);
+  if (__builtin_expect(leaf == NULL, 0)) return 0;
+  return __atomic_load_n(&leaf[(addr >> OS_PAGE_SHIFT) & (((uintptr_t)1 << PM_LEAF_BITS) - 1)],
+                         __ATOMIC_RELAXED);
+}
+
+/* Sets the entries of every page in [addr, addr+size); false if a leaf could not be mapped. */
+bool pagemap_set(uintptr_t addr, size_t size, uintptr_t value);
+
+#endif

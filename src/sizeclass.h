@@ -1,0 +1,38 @@
+/* sizeclass: request size -> size class. See sizeclass.c for the table's theory. */
+#ifndef MAGPIE_SIZECLASS_H
+#define MAGPIE_SIZECLASS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SC_COUNT 72                 /* classes are numbered 1..SC_COUNT; 0 means "none" */
+#define SC_SMALL_MAX ((size_t)32768) /* larger requests are large blocks, straight from vmem */
+#define SC_LOOKUP_MAX ((size_t)1024) /* up to here one table load finds the class */
+#define SC_SPAN_MAX ((size_t)512 << 10)
+
+typedef struct sc_info {
+  uint32_t size;      /* object size: a multiple of 16 */
+  uint32_t span_mask; /* slab span size - 1; spans are aligned to their (power-of-two) size */
+  uint64_t div_magic; /* UINT64_MAX / size + 1: off % size == 0 iff off * magic <= magic - 1 */
+} sc_info_t;
+
+extern sc_info_t sc_info[SC_COUNT + 1];
+extern uint8_t sc_lookup[SC_LOOKUP_MAX / 16 + 1];
+
+void sc_init(void);
+/* The slab span for objects of size bytes (size <= SC_SPAN_MAX / 8): a power of two. */
+size_t sc_span_for(size_t size);
+
+/* The class of a request of size bytes, size <= SC_SMALL_MAX. */
+static inline unsigned sc_of(size_t size) {
+  if (size <= SC_LOOKUP_MAX) return sc_lookup[(size + 15) >> 4];
+  unsigned k = 63u - (unsigned)__builtin_clzl(size - 1); /* size in (2^k, 2^(k+1)] */
+  return 8u + (k - 7u) * 8u + (unsigned)((size - 1) >> (k - 3)) - 7u;
+}
+
+/* True when off is a multiple of class c's object size (off < 2^32). */
+static inline int sc_is_object_start(unsigned c, uint32_t off) {
+  return (uint64_t)off * sc_info[c].div_magic <= sc_info[c].div_magic - 1;
+}
+
+#endif

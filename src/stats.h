@@ -1,0 +1,22 @@
+/* stats: counters and reports. See stats.c. */
+#ifndef MAGPIE_STATS_H
+#define MAGPIE_STATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bytes handed to the program (or held in its threads' magazines): +/- delta. */
+void stats_held_add(ptrdiff_t delta);
+
+typedef struct stats_summary {
+  uint64_t allocs, frees, bytes_requested, live_bytes, peak_live_bytes;
+  uint64_t mapped_bytes, peak_mapped_bytes, large_allocs, large_frees, large_live_bytes;
+  uint64_t threads_live, threads_ever;
+} stats_summary_t;
+void stats_summary(stats_summary_t *out);
+/* Writes the report (MAGPIE_STATS_TEXT or _JSON) to fd. */
+void stats_write(int fd, int format);
+/* The exit report asked for by MAGPIE_OPTIONS=stats=... */
+void stats_at_exit(void);
+
+#endif

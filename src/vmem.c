@@ -1,0 +1,416 @@
+/*
+ * vmem: arenas of page-granular spans (after Bonwick & Adams, USENIX 2001).
+ *
+ * Theory
+ *   1. An arena manages address ranges in units of its quantum. It imports spans from a parent
+ *      through the import/release functions it was given (the OS for the heap arena, a fake in
+ *      tests) and hands out segments of them.
+ *   2. Boundary tags: every span, free range and allocated range is a segment tag on one list
+ *      in address order, each span's segments right after its VMEM_SPAN marker. Freeing
+ *      coalesces with the free neighbours on that list; the markers stop coalescing at span
+ *      boundaries, so a wholly free span is one FREE segment right after its marker.
+ *   3. Instant fit: free list i holds free segments of [2^i, 2^(i+1)) bytes. A request of size s
+ *      takes the first segment of the lowest non-empty list at or above ceil(log2 s): any
+ *      segment there fits, found in constant time through the bitmap free_map. Only when none
+ *      exists is list floor(log2 s) searched (bounded) before importing. Aligned requests first
+ *      look for an aligned fit among segments of [s, 2s), where freed spans of the same size
+ *      return, then take any segment of at least s + align - quantum.
+ *   4. Allocated segments are found again by start address through a hash table.
+ *   5. Quantum caches: freed allocations of 1..VMEM_QCACHE_MAX quanta are kept (a few per size)
+ *      as allocated segments and handed out again without splitting or coalescing.
+ *   6. Memory goes back: a wholly free span is released to the parent when it was imported for
+ *      one VMEM_OWN allocation, or when more than `retain` bytes of the arena are free. Free
+ *      segments are "dirty" until purged (MADV_DONTNEED through the OS) by vmem_reap; purged and
+ *      never-touched memory is "clean" and reads as zero, which callers may use to skip memset.
+ *   7. One lock per arena protects everything; it is taken after slab locks and before the
+ *      metadata pool's and the OS's (which take none). Segment tags come from a metadata pool.
+ */
+#include "vmem.h"
+#include "meta.h"
+#include "os.h"
+#include "report.h"
+
+#include <string.h>
+
+#define VMEM_SPAN 1
+#define VMEM_FREE 2
+#define VMEM_ALLOC 3
+#define VMEM_HASH_MIN 256  /* initial buckets; the table grows 4x when fuller than one per bucket */
+#define VMEM_SEARCH_MAX 16 /* segments examined by a bounded search */
+
+static meta_pool_t vmem_seg_pool = META_POOL(sizeof(vmem_seg_t));
+
+static unsigned vmem_log2(size_t v) { return 63u - (unsigned)__builtin_clzl(v); }
+
+void vmem_init(vmem_t *vm, const char *name, size_t quantum, vmem_import_t *import,
+               vmem_release_t *release, void *source, size_t import_min, size_t import_align) {
+  memset(vm, 0, sizeof *vm);
+  vm->name = name;
+  vm->quantum = quantum;
+  vm->import = import;
+  vm->release = release;
+  vm->source = source;
+  vm->import_min = import_min;
+  vm->import_align = import_align;
+  vm->segs.anext = vm->segs.aprev = &vm->segs;
+}
+
+/* ---- free lists, hash, address list ---- */
+
+static void free_insert(vmem_t *vm, vmem_seg_t *s) {
+  unsigned i = vmem_log2(s->size);
+  s->type = VMEM_FREE;
+  s->lprev = NULL;
+  s->lnext = vm->free_list[i];
+  if (s->lnext) s->lnext->lprev = s;
+  vm->free_list[i] = s;
+  vm->free_map |= (uint64_t)1 << i;
+}
+
+static void free_remove(vmem_t *vm, vmem_seg_t *s) {
+  unsigned i = vmem_log2(s->size);
+  if (s->lprev) s->lprev->lnext = s->lnext;
+  else vm->free_list[i] = s->lnext;
+  if (s->lnext) s->lnext->lprev = s->lprev;
+  if (!vm->free_list[i]) vm->free_map &= ~((uint64_t)1 << i);
+}
+
+static size_t hash_index(vmem_t *vm, uintptr_t start) {
+  return (size_t)((start >> 12) * 0x9E3779B97F4A7C15ull >> 20) & (vm->hash_size - 1);
+}
+
+static bool hash_grow(vmem_t *vm) {
+  size_t size = vm->hash_size ? vm->hash_size * 4 : VMEM_HASH_MIN;
+  vmem_seg_t **table = os_map(size * sizeof *table);
+  if (!table) return false;
+  vmem_seg_t **old = vm->hash;
+  size_t old_size = vm->hash_size;
+  vm->hash = table;
+  vm->hash_size = size;
+  for (size_t i = 0; i < old_size; i++)
+    for (vmem_seg_t *s = old[i], *next; s; s = next) {
+      next = s->lnext;
+      size_t h = hash_index(vm, s->start);
+      s->lnext = table[h];
+      table[h] = s;
+    }
+  if (old) os_unmap(old, old_size * sizeof *old);
+  return true;
+}
+
+static void hash_insert(vmem_t *vm, vmem_seg_t *s) {
+  size_t h = hash_index(vm, s->start);
+  s->type = VMEM_ALLOC;
+  s->lnext = vm->hash[h];
+  vm->hash[h] = s;
+  vm->hash_count++;
+}
+
+static vmem_seg_t *hash_find(vmem_t *vm, uintptr_t start) {
+  vmem_seg_t *s = vm->hash ? vm->hash[hash_index(vm, start)] : NULL;
+  while (s && s->start != start) s = s->lnext;
+  return s;
+}
+
+static void hash_remove(vmem_t *vm, vmem_seg_t *s) {
+  vmem_seg_t **link = &vm->hash[hash_index(vm, s->start)];
+  while (*link != s) link = &(*link)->lnext;
+  *link = s->lnext;
+  vm->hash_count--;
+}
+
+static void seg_link_after(vmem_seg_t *prev, vmem_seg_t *s) {
+  s->aprev = prev;
+  s->anext = prev->anext;
+  prev->anext->aprev = s;
+  prev->anext = s;
+}
+
+static void seg_unlink(vmem_seg_t *s) {
+  s->aprev->anext = s->anext;
+  s->anext->aprev = s->aprev;
+  meta_free(&vmem_seg_pool, s);
+}
+
+/* Splits s at offset: s keeps [start, start+offset), the returned tag the rest (same type). */
+static vmem_seg_t *seg_split(vmem_seg_t *s, size_t offset) {
+  vmem_seg_t *rest = meta_alloc(&vmem_seg_pool);
+  if (!rest) return NULL;
+  rest->start = s->start + offset;
+  rest->size = s->size - offset;
+  rest->type = s->type;
+  rest->clean = s->clean;
+  s->size = offset;
+  seg_link_after(s, rest);
+  return rest;
+}
+
+/* ---- finding space ---- */
+
+static bool seg_fits(const vmem_seg_t *s, size_t size, size_t align) {
+  uintptr_t start = (s->start + align - 1) & ~(uintptr_t)(align - 1);
+  return start >= s->start && start - s->start + size <= s->size;
+}
+
+static vmem_seg_t *list_search(vmem_t *vm, unsigned list, size_t size, size_t align) {
+  int budget = VMEM_SEARCH_MAX;
+  for (vmem_seg_t *s = vm->free_list[list]; s && budget-- > 0; s = s->lnext)
+    if (seg_fits(s, size, align)) return s;
+  return NULL;
+}
+
+static vmem_seg_t *vmem_find(vmem_t *vm, size_t size, size_t align) {
+  unsigned low = vmem_log2(size);
+  if (align > vm->quantum) {
+    vmem_seg_t *s = list_search(vm, low, size, align);
+    if (s) return s;
+    size += align - vm->quantum; /* any segment this large holds an aligned fit */
+    if (size < align) return NULL;
+  }
+  unsigned want = vmem_log2(size) + ((size & (size - 1)) != 0);
+  uint64_t above = want < VMEM_LISTS ? vm->free_map & (~(uint64_t)0 << want) : 0;
+  if (above) return vm->free_list[__builtin_ctzll(above)];
+  return align > vm->quantum ? NULL : list_search(vm, low, size, align);
+}
+
+static bool vmem_import(vmem_t *vm, size_t size, size_t align, bool own) {
+  size_t span = own || size > vm->import_min ? size : vm->import_min;
+  size_t span_align = align > vm->import_align ? align : vm->import_align;
+  if (!vm->import) return false;
+  vmem_seg_t *marker = meta_alloc(&vmem_seg_pool), *seg = meta_alloc(&vmem_seg_pool);
+  void *mem = marker && seg ? vm->import(vm->source, span, span_align) : NULL;
+  if (!mem) {
+    if (marker) meta_free(&vmem_seg_pool, marker);
+    if (seg) meta_free(&vmem_seg_pool, seg);
+    return false;
+  }
+  marker->start = seg->start = (uintptr_t)mem;
+  marker->size = seg->size = span;
+  marker->type = VMEM_SPAN;
+  marker->own = own;
+  seg->clean = 1;
+  seg_link_after(vm->segs.aprev, marker);
+  seg_link_after(marker, seg);
+  free_insert(vm, seg);
+  vm->imported += span;
+  return true;
+}
+
+void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) {
+  size_t q = vm->quantum;
+  if (size == 0 || size > SIZE_MAX - q) return NULL;
+  size = (size + q - 1) & ~(q - 1);
+  if (align < q) align = q;
+  bool own = (flags & VMEM_OWN) != 0;
+  lock_acquire(&vm->lock);
+  size_t n = size / q;
+  if (!own && align == q && n <= VMEM_QCACHE_MAX && vm->qcache_n[n] > 0) {
+    void *p = vm->qcache[n][--vm->qcache_n[n]];
+    lock_release(&vm->lock);
+    *clean = false;
+    return p;
+  }
+  if (!vm->hash && !hash_grow(vm)) goto fail;
+  vmem_seg_t *s = own ? NULL : vmem_find(vm, size, align);
+  while (!s) {
+    if (!vmem_import(vm, size, align, own)) goto fail;
+    s = own ? vm->segs.aprev : vmem_find(vm, size, align);
+  }
+  free_remove(vm, s);
+  uintptr_t start = (s->start + align - 1) & ~(uintptr_t)(align - 1);
+  if (start > s->start) { /* leave the unaligned head free */
+    vmem_seg_t *rest = seg_split(s, start - s->start);
+    if (!rest) {
+      free_insert(vm, s);
+      goto fail;
+    }
+    free_insert(vm, s);
+    s = rest;
+  }
+  if (s->size > size) {
+    vmem_seg_t *tail = seg_split(s, size);
+    if (!tail) {
+      free_insert(vm, s);
+      goto fail;
+    }
+    free_insert(vm, tail);
+  }
+  if (!s->clean) vm->dirty -= size;
+  hash_insert(vm, s);
+  vm->in_use += size;
+  if (vm->hash_count > vm->hash_size) hash_grow(vm); /* failure only slows lookups */
+  *clean = s->clean;
+  lock_release(&vm->lock);
+  return (void *)s->start;
+fail:
+  lock_release(&vm->lock);
+  return NULL;
+}
+
+/* ---- giving back ---- */
+
+/* Merges free segment s with its free neighbours; returns the merged segment (not listed). */
+static vmem_seg_t *coalesce(vmem_t *vm, vmem_seg_t *s) {
+  vmem_seg_t *next = s->anext, *prev = s->aprev;
+  if (next->type == VMEM_FREE) {
+    free_remove(vm, next);
+    if (s->clean != next->clean) vm->dirty += s->clean ? s->size : next->size;
+    s->clean &= next->clean;
+    s->size += next->size;
+    seg_unlink(next);
+  }
+  if (prev->type == VMEM_FREE) {
+    free_remove(vm, prev);
+    if (s->clean != prev->clean) vm->dirty += s->clean ? s->size : prev->size;
+    prev->clean &= s->clean;
+    prev->size += s->size;
+    seg_unlink(s);
+    s = prev;
+  }
+  return s;
+}
+
+/* Releases s's span to the parent if s covers all of it; true if it did. */
+static bool span_release(vmem_t *vm, vmem_seg_t *s) {
+  vmem_seg_t *marker = s->aprev;
+  if (marker->type != VMEM_SPAN || marker->size != s->size || !vm->release) return false;
+  if (!s->clean) vm->dirty -= s->size;
+  vm->imported -= s->size;
+  vm->release(vm->source, (void *)s->start, s->size);
+  seg_unlink(s);
+  seg_unlink(marker);
+  return true;
+}
+
+static void seg_free(vmem_t *vm, vmem_seg_t *s) {
+  vm->in_use -= s->size;
+  vm->dirty += s->size;
+  s->clean = 0;
+  s = coalesce(vm, s);
+  vmem_seg_t *marker = s->aprev;
+  bool whole = marker->type == VMEM_SPAN && marker->size == s->size;
+  if (whole && (marker->own || vm->imported - vm->in_use > vm->retain) && span_release(vm, s))
+    return;
+  free_insert(vm, s);
+}
+
+void vmem_free(vmem_t *vm, void *addr, size_t size) {
+  size_t q = vm->quantum;
+  size = (size + q - 1) & ~(q - 1);
+  size_t n = size / q;
+  lock_acquire(&vm->lock);
+  vmem_seg_t *s = hash_find(vm, (uintptr_t)addr);
+  if (!s || s->size != size)
+    report_fatal("vmem_free of a range the arena did not allocate", addr, size);
+  bool own = s->aprev->type == VMEM_SPAN && s->aprev->own;
+  if (!own && n <= VMEM_QCACHE_MAX && vm->qcache_n[n] < VMEM_QCACHE_DEPTH) {
+    vm->qcache[n][vm->qcache_n[n]++] = addr; /* stays allocated in the arena */
+  } else {
+    hash_remove(vm, s);
+    seg_free(vm, s);
+  }
+  lock_release(&vm->lock);
+}
+
+bool vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
+  size_t q = vm->quantum;
+  old_size = (old_size + q - 1) & ~(q - 1);
+  if (new_size == 0 || new_size > SIZE_MAX - q) return false;
+  new_size = (new_size + q - 1) & ~(q - 1);
+  if (new_size == old_size) return true;
+  lock_acquire(&vm->lock);
+  vmem_seg_t *s = hash_find(vm, (uintptr_t)addr);
+  if (!s || s->size != old_size)
+    report_fatal("vmem_resize of a range the arena did not allocate", addr, old_size);
+  bool ok = false;
+  if (new_size < old_size) {
+    vmem_seg_t *tail = seg_split(s, new_size); /* an ALLOC tag outside the hash */
+    if (tail) {
+      seg_free(vm, tail);
+      ok = true;
+    }
+  } else {
+    vmem_seg_t *next = s->anext;
+    size_t need = new_size - old_size;
+    if (next->type == VMEM_FREE && next->size >= need) {
+      free_remove(vm, next);
+      vmem_seg_t *rest = next->size > need ? seg_split(next, need) : next;
+      if (rest) {
+        if (rest != next) free_insert(vm, rest);
+        if (!next->clean) vm->dirty -= need;
+        s->size += need;
+        vm->in_use += need;
+        seg_unlink(next);
+        ok = true;
+      } else {
+        free_insert(vm, next);
+      }
+    }
+  }
+  lock_release(&vm->lock);
+  return ok;
+}
+
+size_t vmem_reap(vmem_t *vm, size_t keep_dirty, bool release_spans) {
+  size_t given = 0;
+  lock_acquire(&vm->lock);
+  for (size_t n = 1; n <= VMEM_QCACHE_MAX; n++)
+    while (vm->qcache_n[n] > 0) {
+      vmem_seg_t *s = hash_find(vm, (uintptr_t)vm->qcache[n][--vm->qcache_n[n]]);
+      hash_remove(vm, s);
+      seg_free(vm, s);
+    }
+  for (unsigned i = VMEM_LISTS; i-- > 0 && (vm->dirty > keep_dirty || release_spans);) {
+    vmem_seg_t *s = vm->free_list[i];
+    while (s) {
+      vmem_seg_t *next = s->lnext;
+      if (release_spans && s->aprev->type == VMEM_SPAN && s->aprev->size == s->size) {
+        free_remove(vm, s);
+        given += s->size;
+        span_release(vm, s);
+      } else if (!s->clean && vm->dirty > keep_dirty) {
+        os_purge((void *)s->start, s->size);
+        s->clean = 1;
+        vm->dirty -= s->size;
+        given += s->size;
+      }
+      s = next;
+    }
+  }
+  lock_release(&vm->lock);
+  return given;
+}
+
+void vmem_check(vmem_t *vm) {
+  lock_acquire(&vm->lock);
+  size_t imported = 0, in_use = 0, dirty = 0, free_count = 0, listed = 0;
+  uintptr_t span_end = 0, cursor = 0;
+  for (vmem_seg_t *s = vm->segs.anext; s != &vm->segs; s = s->anext) {
+    if (s->anext->aprev != s) report_fatal("vmem: address list broken", (void *)s->start, 0);
+    if (s->type == VMEM_SPAN) {
+      imported += s->size;
+      cursor = s->start;
+      span_end = s->start + s->size;
+      continue;
+    }
+    if (s->start != cursor || s->start + s->size > span_end || s->size % vm->quantum)
+      report_fatal("vmem: segments do not tile their span", (void *)s->start, s->size);
+    cursor += s->size;
+    if (s->type == VMEM_ALLOC) in_use += s->size;
+    if (s->type == VMEM_FREE) {
+      free_count++;
+      if (!s->clean) dirty += s->size;
+      if (s->anext->type == VMEM_FREE) report_fatal("vmem: adjacent free segments", (void *)s->start, 0);
+    }
+  }
+  for (unsigned i = 0; i < VMEM_LISTS; i++) {
+    if (((vm->free_map >> i) & 1) != (vm->free_list[i] != NULL))
+      report_fatal("vmem: free bitmap disagrees with its lists", NULL, i);
+    for (vmem_seg_t *s = vm->free_list[i]; s; s = s->lnext, listed++)
+      if (s->type != VMEM_FREE || vmem_log2(s->size) != i)
+        report_fatal("vmem: segment on the wrong free list", (void *)s->start, i);
+  }
+  if (imported != vm->imported || in_use != vm->in_use || dirty != vm->dirty || listed != free_count)
+    report_fatal("vmem: accounting disagrees with the segments", NULL, imported);
+  lock_release(&vm->lock);
+}

@@ -1,0 +1,63 @@
+/* vmem: arenas of page-granular spans. See vmem.c for the theory. */
+#ifndef MAGPIE_VMEM_H
+#define MAGPIE_VMEM_H
+
+#include "lock.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define VMEM_LISTS 64      /* free list i holds free segments of [2^i, 2^(i+1)) bytes */
+#define VMEM_QCACHE_MAX 32 /* quantum caches serve 1..32 quanta */
+#define VMEM_QCACHE_DEPTH 4 /* segments each quantum cache may hold */
+#define VMEM_OWN 0x1       /* vmem_alloc flag: a span of its own, given back to the parent on free */
+
+typedef void *vmem_import_t(void *source, size_t size, size_t align);
+typedef void vmem_release_t(void *source, void *addr, size_t size);
+typedef struct vmem_seg vmem_seg_t;
+
+struct vmem_seg {
+  uintptr_t start;
+  size_t size;
+  vmem_seg_t *anext, *aprev; /* all segments of the arena, each span's after its marker */
+  vmem_seg_t *lnext, *lprev; /* FREE: its free list; ALLOC: its hash chain (lnext only) */
+  uint8_t type;              /* VMEM_SPAN (import marker), VMEM_FREE or VMEM_ALLOC */
+  uint8_t clean;             /* FREE, ALLOC: no byte written since mapped or purged */
+  uint8_t own;               /* SPAN: imported for one VMEM_OWN allocation */
+};
+
+typedef struct vmem {
+  const char *name;
+  lock_t lock;               /* protects everything below */
+  size_t quantum;            /* allocation unit, a power of two */
+  size_t import_min;         /* smallest import from the parent */
+  size_t import_align;       /* alignment of every import */
+  size_t retain;             /* free bytes kept mapped when a span empties */
+  vmem_import_t *import;
+  vmem_release_t *release;
+  void *source;
+  vmem_seg_t segs;           /* sentinel of the address-ordered segment list */
+  vmem_seg_t *free_list[VMEM_LISTS];
+  uint64_t free_map;         /* bit i set iff free_list[i] is not empty */
+  vmem_seg_t **hash;         /* ALLOC segments by start address */
+  size_t hash_size, hash_count;
+  void *qcache[VMEM_QCACHE_MAX + 1][VMEM_QCACHE_DEPTH];
+  uint8_t qcache_n[VMEM_QCACHE_MAX + 1];
+  size_t imported;           /* bytes in spans */
+  size_t in_use;             /* bytes in ALLOC segments (quantum caches included) */
+  size_t dirty;              /* bytes in FREE segments that may hold data (not purged) */
+} vmem_t;
+
+void vmem_init(vmem_t *vm, const char *name, size_t quantum, vmem_import_t *import,
+               vmem_release_t *release, void *source, size_t import_min, size_t import_align);
+/* size bytes aligned to align (a power of two); *clean says whether they are known zero. */
+void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean);
+void vmem_free(vmem_t *vm, void *addr, size_t size);
+/* Grows or shrinks an allocation in place; false (nothing changed) if it cannot grow there. */
+bool vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size);
+/* Empties the quantum caches, purges dirty free memory above keep_dirty bytes, releases
+   wholly free spans when release_spans; returns the bytes given back to the kernel or parent. */
+size_t vmem_reap(vmem_t *vm, size_t keep_dirty, bool release_spans);
+void vmem_check(vmem_t *vm); /* aborts with a report if an invariant is broken */
+
+#endif
