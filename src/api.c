@@ -109,7 +109,7 @@ void *api_memalign(size_t align, size_t size) {
     while (sc_info[c].size & (align - 1)) c++; /* the 32 KiB class is a multiple of any align */
     return mag_malloc(c, size);
   }
-  return large_alloc(size, align, false);
+  return large_alloc(size ? size : 1, align, false); /* size 0: still a unique block */
 }
 
 MAGPIE_EXPORT void *magpie_aligned_alloc(size_t align, size_t size) {

@@ -36,7 +36,8 @@
 #define MAG_BYTES_MAX ((size_t)256 << 10)  /* magazine growth stops here */
 #define MAG_ROUNDS_START_MAX 32u
 #define MAG_ROUNDS_MAX 256u
-#define OBJECT_SIZE_MAX ((size_t)64 << 10) /* object caches: at least 8 objects per 512 KiB span */
+#define OBJECT_SIZE_MAX ((size_t)1 << 20) /* object caches: spans of 8 such objects are 8 MiB */
+#define OBJECT_ALIGN_MAX ((size_t)64 << 10) /* spans are aligned to at least this */
 
 cache_t malloc_caches[SC_COUNT + 1];
 
@@ -103,7 +104,7 @@ MAGPIE_EXPORT magpie_cache_t *magpie_cache_create(const char *name, size_t size,
                                                   void *arg, int flags) {
   (void)flags; /* no creation flags are defined yet */
   if (align == 0) align = 16;
-  if (size == 0 || size > OBJECT_SIZE_MAX || (align & (align - 1)) || align > OBJECT_SIZE_MAX) {
+  if (size == 0 || size > OBJECT_SIZE_MAX || (align & (align - 1)) || align > OBJECT_ALIGN_MAX) {
     errno = EINVAL;
     return NULL;
   }

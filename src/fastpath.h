@@ -39,8 +39,8 @@ static inline void *fast_malloc(size_t size) {
       void *p = m->rounds[n - 1];
       m->n = n - 1;
       *(uintptr_t *)p = 0;
-      tcl->allocs++;
-      tc->bytes_requested += size;
+      STAT_ADD(tcl->allocs, 1);
+      STAT_ADD(tc->bytes_requested, size);
       return p;
     }
   }
@@ -61,7 +61,7 @@ static inline void fast_free(void *p) {
         *(uintptr_t *)p = marker;
         m->rounds[n] = p;
         m->n = n + 1;
-        tcl->frees++;
+        STAT_ADD(tcl->frees, 1);
         return;
       }
     }

@@ -13,7 +13,7 @@
  *      miss initialises magpie and the thread; the fast path never asks "initialised?".
  *      A slot's loaded magazine is the sentinel only while its previous one is too.
  *   3. Only the owning thread touches its tcache, without locks. Others read its counters
- *      for statistics (racy but word-sized and monotonic) and, under mag_registry_lock, take
+ *      for statistics (see STAT_ADD in mag.h) and, under mag_registry_lock, take
  *      an object cache's magazines when that cache is destroyed (the program guarantees the
  *      cache is no longer in use then).
  *   4. Thread exit: a pthread key destructor gives the thread's magazines to the depots, folds
@@ -151,8 +151,8 @@ void *mag_malloc(unsigned c, size_t size) {
   }
   *(uintptr_t *)p = 0;
   if (tc != &tcache_dead) { /* tcache_dead is shared: its counters stay zero */
-    t->allocs++;
-    tc->bytes_requested += size;
+    STAT_ADD(t->allocs, 1);
+    STAT_ADD(tc->bytes_requested, size);
   }
   return p;
 }
@@ -170,7 +170,7 @@ void mag_free(unsigned c, void *p) {
     mag_direct_free(cp, p);
     return;
   }
-  t->frees++;
+  STAT_ADD(t->frees, 1);
   if (t->loaded->n < t->loaded->cap) t->loaded->rounds[t->loaded->n++] = p;
   else if (!mag_free_miss(cp, t, p)) mag_direct_free(cp, p);
 }
@@ -179,10 +179,10 @@ void mag_large_count(size_t size, int sign) {
   tcache_t *tc = mag_self();
   if (tc == &tcache_dead) return;
   if (sign > 0) {
-    tc->large_allocs++;
-    tc->bytes_requested += size;
+    STAT_ADD(tc->large_allocs, 1);
+    STAT_ADD(tc->bytes_requested, size);
   } else {
-    tc->large_frees++;
+    STAT_ADD(tc->large_frees, 1);
   }
 }
 
@@ -209,7 +209,7 @@ void *mag_cache_alloc(cache_t *cp) {
   if (!t) obj = mag_direct_alloc(cp);
   else if (t->loaded->n) obj = t->loaded->rounds[--t->loaded->n];
   else obj = mag_alloc_miss(cp, t);
-  if (obj && t) t->allocs++;
+  if (obj && t) STAT_ADD(t->allocs, 1);
   return obj;
 }
 
@@ -220,7 +220,7 @@ void mag_cache_free(cache_t *cp, void *obj) {
     mag_direct_free(cp, obj);
     return;
   }
-  t->frees++;
+  STAT_ADD(t->frees, 1);
   if (t->loaded->n < t->loaded->cap) t->loaded->rounds[t->loaded->n++] = obj;
   else if (!mag_free_miss(cp, t, obj)) mag_direct_free(cp, obj);
 }
@@ -262,12 +262,12 @@ void mag_flush_self(void) {
 
 static void mag_fold(mag_totals_t *sum, const tcache_t *tc) {
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    sum->allocs[c] += tc->cls[c].allocs;
-    sum->frees[c] += tc->cls[c].frees;
+    sum->allocs[c] += STAT_READ(tc->cls[c].allocs);
+    sum->frees[c] += STAT_READ(tc->cls[c].frees);
   }
-  sum->bytes_requested += tc->bytes_requested;
-  sum->large_allocs += tc->large_allocs;
-  sum->large_frees += tc->large_frees;
+  sum->bytes_requested += STAT_READ(tc->bytes_requested);
+  sum->large_allocs += STAT_READ(tc->large_allocs);
+  sum->large_frees += STAT_READ(tc->large_frees);
 }
 
 void mag_thread_exit(void *arg) {

@@ -9,6 +9,7 @@
  *      naturally aligned to their size (their spans are aligned to at least the object size).
  *   2. Each class gets the smallest power-of-two slab span from 64 KiB to 512 KiB that holds at
  *      least 8 objects with at most 1/16 of the span left over; the table is in docs/sizeclasses.md.
+ *      (Object caches of larger objects get larger spans, still of at least 8 objects.)
  *   3. The tables are filled once by sc_init, before the first request is served, then only read.
  *      Until then sc_lookup is zero (class 0), whose magazines are empty: the fast path falls
  *      into the slow path, which initialises.
@@ -23,9 +24,9 @@ sc_info_t sc_info[SC_COUNT + 1];
 uint8_t sc_lookup[SC_LOOKUP_MAX / 16 + 1];
 
 size_t sc_span_for(size_t size) {
-  size_t span = SC_SPAN_MIN;
-  while (span < SC_SPAN_MAX &&
-         (span / size < SC_OBJECTS_MIN || (span % size) > (span >> SC_WASTE_SHIFT)))
+  size_t span = SC_SPAN_MIN; /* the waste bound gives way at SC_SPAN_MAX, the count never */
+  while (span / size < SC_OBJECTS_MIN ||
+         (span < SC_SPAN_MAX && (span % size) > (span >> SC_WASTE_SHIFT)))
     span *= 2;
   return span;
 }

@@ -20,7 +20,7 @@ extern sc_info_t sc_info[SC_COUNT + 1];
 extern uint8_t sc_lookup[SC_LOOKUP_MAX / 16 + 1];
 
 void sc_init(void);
-/* The slab span for objects of size bytes (size <= SC_SPAN_MAX / 8): a power of two. */
+/* The slab span for objects of size bytes: a power of two holding at least 8 of them. */
 size_t sc_span_for(size_t size);
 
 /* The class of a request of size bytes, size <= SC_SMALL_MAX. */

@@ -60,13 +60,15 @@ static slab_t *slab_create(cache_t *cp) {
   void *span = vmem_alloc(&heap_arena, cp->span, cp->span, 0, &clean);
   if (!span) return NULL;
   slab_t *s = meta_alloc(&slab_pool);
+  if (s) { /* fields first: the page-map entry publishes the slab */
+    s->base = (uintptr_t)span;
+    s->cache = cp;
+  }
   if (!s || !pagemap_set((uintptr_t)span, cp->span, (uintptr_t)s | cp->tag)) {
     if (s) meta_free(&slab_pool, s);
     vmem_free(&heap_arena, span, cp->span);
     return NULL;
   }
-  s->base = (uintptr_t)span;
-  s->cache = cp;
   cp->slabs++;
   slab_list(cp, s);
   return s;
@@ -83,17 +85,23 @@ static void slab_destroy(cache_t *cp, slab_t *s) {
 slab_t *slab_of(cache_t *cp, const void *obj) {
   uintptr_t e = pagemap_get((uintptr_t)obj);
   if ((e & PM_TAG_MASK) != cp->tag) return NULL;
-  slab_t *s = (slab_t *)(e & ~PM_TAG_MASK);
+  slab_t *s = (slab_t *)(e & ~PM_TAG_MASK); /* base and cache never change: no lock needed */
   uintptr_t off = (uintptr_t)obj - s->base;
-  if (s->cache != cp || off % cp->size != 0 || off / cp->size >= s->carved) return NULL;
+  if (s->cache != cp || off % cp->size != 0) return NULL;
   return s;
+}
+
+/* slab_of, and the object was handed out (cp->slab_lock held). */
+static slab_t *slab_of_carved(cache_t *cp, const void *obj) {
+  slab_t *s = slab_of(cp, obj);
+  return s && ((uintptr_t)obj - s->base) / cp->size < s->carved ? s : NULL;
 }
 
 /* Returns unconstructed objects to their slabs. */
 static void slab_return(cache_t *cp, void **objs, unsigned n) {
   lock_acquire(&cp->slab_lock);
   for (unsigned i = 0; i < n; i++) {
-    slab_t *s = slab_of(cp, objs[i]);
+    slab_t *s = slab_of_carved(cp, objs[i]);
     if (!s) {
       lock_release(&cp->slab_lock);
       report_heap_error("invalid free", objs[i], "not an object magpie handed out");
@@ -148,7 +156,7 @@ void slab_check(cache_t *cp) {
     if (!s) break;
     uint32_t free_count = 0;
     for (void *o = s->free; o; o = ((void **)o)[1], free_count++)
-      if (slab_of(cp, o) != s) report_fatal("slab: free list holds a foreign object", o, 0);
+      if (slab_of_carved(cp, o) != s) report_fatal("slab: free list holds a foreign object", o, 0);
     if (s->used + free_count != s->carved || s->carved > cp->per_slab || !s->listed ||
         s->base & (cp->span - 1) || s->next->prev != s)
       report_fatal("slab: descriptor accounting broken", (void *)s->base, s->used);

@@ -21,7 +21,7 @@ extern vmem_t heap_arena; /* where spans and large blocks come from */
 unsigned slab_alloc(cache_t *cp, void **out, unsigned n);
 /* Takes back n objects (destructing them first); reports objects that are not the cache's. */
 void slab_free(cache_t *cp, void **objs, unsigned n);
-/* The slab holding obj if it is an object start of cache cp's slabs, else NULL. */
+/* The slab holding obj if it is an object start of cache cp's slabs, else NULL (no lock). */
 slab_t *slab_of(cache_t *cp, const void *obj);
 void slab_check(cache_t *cp); /* aborts with a report if an invariant is broken */
 

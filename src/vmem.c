@@ -13,8 +13,9 @@
  *      takes the first segment of the lowest non-empty list at or above ceil(log2 s): any
  *      segment there fits, found in constant time through the bitmap free_map. Only when none
  *      exists is list floor(log2 s) searched (bounded) before importing. Aligned requests first
- *      look for an aligned fit among segments of [s, 2s), where freed spans of the same size
- *      return, then take any segment of at least s + align - quantum.
+ *      look (bounded) for an aligned fit in lists floor(log2 s) and the next, where freed spans
+ *      of the same size return, then take any segment of at least s + align - quantum. After
+ *      an import the request takes the new span, which is aligned to at least the alignment.
  *   4. Allocated segments are found again by start address through a hash table.
  *   5. Quantum caches: freed allocations of 1..VMEM_QCACHE_MAX quanta are kept (a few per size)
  *      as allocated segments and handed out again without splitting or coalescing.
@@ -161,9 +162,11 @@ static vmem_seg_t *list_search(vmem_t *vm, unsigned list, size_t size, size_t al
 
 static vmem_seg_t *vmem_find(vmem_t *vm, size_t size, size_t align) {
   unsigned low = vmem_log2(size);
-  if (align > vm->quantum) {
-    vmem_seg_t *s = list_search(vm, low, size, align);
-    if (s) return s;
+  if (align > vm->quantum) { /* an exact-size hole, e.g. a freed span of the same size */
+    for (unsigned i = low; i <= low + 1 && i < VMEM_LISTS; i++) {
+      vmem_seg_t *s = list_search(vm, i, size, align);
+      if (s) return s;
+    }
     size += align - vm->quantum; /* any segment this large holds an aligned fit */
     if (size < align) return NULL;
   }
@@ -212,9 +215,9 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   }
   if (!vm->hash && !hash_grow(vm)) goto fail;
   vmem_seg_t *s = own ? NULL : vmem_find(vm, size, align);
-  while (!s) {
+  if (!s) { /* the new span is aligned and large enough: its free segment is last */
     if (!vmem_import(vm, size, align, own)) goto fail;
-    s = own ? vm->segs.aprev : vmem_find(vm, size, align);
+    s = vm->segs.aprev;
   }
   free_remove(vm, s);
   uintptr_t start = (s->start + align - 1) & ~(uintptr_t)(align - 1);

@@ -1,0 +1,21 @@
+/* The page map: entries set over a range read back page by page, across leaf boundaries,
+   and addresses magpie never mapped (or beyond 47 bits) read as 0. */
+#include "pagemap.h"
+#include "unit.h"
+
+int main(void) {
+  uintptr_t leaf_edge = (uintptr_t)1 << 40; /* a 1 GiB boundary: two leaves */
+  uintptr_t start = leaf_edge - 4 * OS_PAGE;
+  UCHECK(pagemap_get(start) == 0);
+  UCHECK(pagemap_set(start, 8 * OS_PAGE, 0x1280 | 5));
+  for (uintptr_t a = start; a < start + 8 * OS_PAGE; a += 512) UCHECK(pagemap_get(a) == (0x1280 | 5));
+  UCHECK(pagemap_get(start - 1) == 0);
+  UCHECK(pagemap_get(start + 8 * OS_PAGE) == 0);
+  UCHECK(pagemap_set(start + OS_PAGE, OS_PAGE, 0));
+  UCHECK(pagemap_get(start + OS_PAGE) == 0 && pagemap_get(start) == (0x1280 | 5));
+  UCHECK(pagemap_get((uintptr_t)1 << 47) == 0 && pagemap_get(UINTPTR_MAX) == 0);
+  UCHECK(!pagemap_set((uintptr_t)1 << 47, OS_PAGE, 1));
+  UCHECK(pagemap_get(0) == 0);
+  printf("pagemap: ok\n");
+  return 0;
+}

@@ -1,0 +1,29 @@
+/* The size-class table: every request maps to the smallest class that holds it, waste stays
+   under 12.5% above 128 bytes, classes are 16-byte multiples, spans hold >= 8 objects. */
+#include "sizeclass.h"
+#include "unit.h"
+
+int main(void) {
+  sc_init();
+  for (unsigned c = 1; c <= SC_COUNT; c++) {
+    size_t size = sc_info[c].size, span = (size_t)sc_info[c].span_mask + 1;
+    UCHECK(size % 16 == 0);
+    UCHECK(c == 1 || sc_info[c - 1].size < size);
+    UCHECK((span & (span - 1)) == 0 && span >= ((size_t)64 << 10) && span <= SC_SPAN_MAX);
+    UCHECK(span / size >= 8 && span % size <= span / 16);
+    UCHECK(sc_span_for(size) == span);
+    for (uint32_t off = 0; off < span; off += 16) /* the multiply test agrees with % */
+      UCHECK(sc_is_object_start(c, off) == (off % size == 0));
+  }
+  UCHECK(sc_info[SC_COUNT].size == SC_SMALL_MAX);
+  UCHECK(sc_of(0) == 1 && sc_of(1) == 1 && sc_of(16) == 1 && sc_of(17) == 2);
+  for (size_t s = 1; s <= SC_SMALL_MAX; s++) {
+    unsigned c = sc_of(s);
+    UCHECK(c >= 1 && c <= SC_COUNT);
+    UCHECK(sc_info[c].size >= s);
+    UCHECK(c == 1 || sc_info[c - 1].size < s);
+    if (s > 128) UCHECK((sc_info[c].size - s) * 8 < s); /* internal fragmentation < 12.5% */
+  }
+  printf("sizeclass: %u classes ok\n", SC_COUNT);
+  return 0;
+}

@@ -1,0 +1,131 @@
+/*
+ * vmem against a fake parent: randomised allocations (sizes, alignments, own spans) and frees,
+ * each block stamped at both ends and checked at free (no overlap), the arena's invariants
+ * checked after every operation (vmem_check), in-place resize, quantum caches, and that a full
+ * reap gives every imported span back to the parent.
+ */
+#include "vmem.h"
+#include "os.h"
+#include "unit.h"
+
+#include <string.h>
+#include <sys/mman.h>
+
+#define REGION ((size_t)16 << 30) /* address space only: the fake never reuses ranges */
+#define SPANS_MAX 4096
+#define LIVE_MAX 512
+
+typedef struct fake_parent {
+  uintptr_t base, bump;
+  struct { uintptr_t start; size_t size; } spans[SPANS_MAX];
+  int nspans;
+  size_t imported, released;
+} fake_parent_t;
+
+static void *fake_import(void *source, size_t size, size_t align) {
+  fake_parent_t *f = source;
+  uintptr_t start = (f->bump + align - 1) & ~(uintptr_t)(align - 1);
+  if (start + size > f->base + REGION || f->nspans == SPANS_MAX) return NULL;
+  f->bump = start + size;
+  f->spans[f->nspans].start = start;
+  f->spans[f->nspans++].size = size;
+  f->imported += size;
+  return (void *)start;
+}
+
+static void fake_release(void *source, void *addr, size_t size) {
+  fake_parent_t *f = source;
+  int i = 0;
+  while (i < f->nspans && f->spans[i].start != (uintptr_t)addr) i++;
+  UCHECK(i < f->nspans && f->spans[i].size == size); /* only whole imported spans come back */
+  f->spans[i] = f->spans[--f->nspans];
+  f->released += size;
+}
+
+typedef struct block {
+  unsigned char *p;
+  size_t size;
+  unsigned char stamp;
+} block_t;
+
+static void stamp(block_t *b) {
+  b->p[0] = b->stamp;
+  b->p[b->size - 1] = b->stamp;
+}
+
+int main(void) {
+  static fake_parent_t parent;
+  void *region = mmap(NULL, REGION, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  UCHECK(region != MAP_FAILED);
+  parent.base = parent.bump = (uintptr_t)region;
+  static vmem_t vm;
+  vmem_init(&vm, "test", OS_PAGE, fake_import, fake_release, &parent, (size_t)1 << 20, (size_t)64 << 10);
+  vm.retain = (size_t)2 << 20;
+
+  static block_t live[LIVE_MAX];
+  int nlive = 0;
+  size_t peak_imported = 0, peak_in_use = 0;
+  uint64_t rng = 42;
+  for (int op = 0; op < 20000; op++) {
+    uint64_t r = unit_rand(&rng);
+    if (nlive < LIVE_MAX && (nlive == 0 || r % 100 < 55)) {
+      block_t *b = &live[nlive];
+      size_t pages = r % 10 < 7 ? 1 + (r >> 8) % 8 : 1 + (r >> 8) % 600;
+      size_t align = (r >> 20) % 5 == 0 ? (size_t)OS_PAGE << ((r >> 24) % 6) : 1;
+      int flags = (r >> 30) % 50 == 0 ? VMEM_OWN : 0;
+      bool clean;
+      b->size = pages * OS_PAGE - (r >> 40) % 100; /* vmem rounds up to its quantum */
+      b->p = vmem_alloc(&vm, b->size, align, flags, &clean);
+      UCHECK(b->p != NULL);
+      UCHECK(((uintptr_t)b->p & (align - 1)) == 0 && ((uintptr_t)b->p & (OS_PAGE - 1)) == 0);
+      if (clean) UCHECK(b->p[0] == 0 && b->p[b->size - 1] == 0);
+      b->stamp = (unsigned char)(1 + op % 250);
+      stamp(b);
+      nlive++;
+    } else if (r % 100 < 90) {
+      block_t *b = &live[(r >> 8) % nlive];
+      UCHECK(b->p[0] == b->stamp && b->p[b->size - 1] == b->stamp);
+      vmem_free(&vm, b->p, b->size);
+      *b = live[--nlive];
+    } else {
+      block_t *b = &live[(r >> 8) % nlive];
+      size_t new_size = (1 + (r >> 16) % 64) * OS_PAGE;
+      size_t keep = new_size < b->size ? new_size : b->size;
+      unsigned char first = b->p[0];
+      if (vmem_resize(&vm, b->p, b->size, new_size)) {
+        UCHECK(b->p[0] == first);
+        b->size = new_size;
+        stamp(b);
+      }
+      UCHECK(keep > 0);
+    }
+    vmem_check(&vm);
+    if (vm.imported > peak_imported) peak_imported = vm.imported;
+    if (vm.in_use > peak_in_use) peak_in_use = vm.in_use;
+  }
+  /* everything back: the arena must hand every span back to the parent */
+  while (nlive > 0) {
+    block_t *b = &live[--nlive];
+    UCHECK(b->p[0] == b->stamp && b->p[b->size - 1] == b->stamp);
+    vmem_free(&vm, b->p, b->size);
+  }
+  vmem_check(&vm);
+  vmem_reap(&vm, 0, true);
+  vmem_check(&vm);
+  UCHECK(vm.in_use == 0 && vm.imported == 0 && vm.dirty == 0);
+  UCHECK(parent.nspans == 0 && parent.imported == parent.released);
+  UCHECK(peak_imported < 2 * peak_in_use + ((size_t)16 << 20)); /* free space gets reused */
+
+  /* quantum caches: a freed small allocation is handed out again as is */
+  bool clean;
+  void *a = vmem_alloc(&vm, 3 * OS_PAGE, 1, 0, &clean);
+  UCHECK(a && clean);
+  vmem_free(&vm, a, 3 * OS_PAGE);
+  void *b = vmem_alloc(&vm, 3 * OS_PAGE, 1, 0, &clean);
+  UCHECK(b == a && !clean);
+  vmem_free(&vm, b, 3 * OS_PAGE);
+  vmem_reap(&vm, 0, true);
+  UCHECK(vm.imported == 0 && parent.nspans == 0);
+  printf("vmem: ok (peak %zu bytes imported for %zu in use)\n", peak_imported, peak_in_use);
+  return 0;
+}
