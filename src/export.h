@@ -2,4 +2,6 @@
 #ifndef MAGPIE_EXPORT_H
 #define MAGPIE_EXPORT_H
 #define MAGPIE_EXPORT __attribute__((visibility("default")))
+/* Internal data the fast path reads: hidden, so it is addressed directly, not through the GOT. */
+#define MAGPIE_HIDDEN __attribute__((visibility("hidden")))
 #endif

@@ -3,6 +3,7 @@
 #define MAGPIE_MAG_H
 
 #include "cache.h"
+#include "export.h"
 #include "sizeclass.h"
 
 #define MAG_CACHE_SLOTS 256 /* object caches with a per-thread slot; later ones go to the depot */
@@ -44,9 +45,9 @@ typedef struct tcache {
 
 /* The calling thread's cache: &tcache_boot before its first allocation, &tcache_dead after it
    exited. Both have only empty magazines, so the fast path always misses on them. */
-extern __thread tcache_t *mag_tls __attribute__((tls_model("initial-exec")));
+extern __thread MAGPIE_HIDDEN tcache_t *mag_tls __attribute__((tls_model("initial-exec")));
 extern tcache_t tcache_boot, tcache_dead;
-extern uintptr_t mag_secret; /* the free marker of block p is p ^ mag_secret */
+extern MAGPIE_HIDDEN uintptr_t mag_secret; /* the free marker of block p is p ^ mag_secret */
 
 void mag_init(void);
 void *mag_malloc(unsigned c, size_t size); /* the slow path of class c */

@@ -13,6 +13,7 @@
 #ifndef MAGPIE_PAGEMAP_H
 #define MAGPIE_PAGEMAP_H
 
+#include "export.h"
 #include "os.h"
 #include <stdbool.h>
 #include <stdint.h>
@@ -23,7 +24,7 @@
 #define PM_TAG_CACHE ((uintptr_t)126)
 #define PM_TAG_LARGE ((uintptr_t)127)
 
-extern uintptr_t *pagemap_root[(size_t)1 << PM_ROOT_BITS];
+extern MAGPIE_HIDDEN uintptr_t *pagemap_root[(size_t)1 << PM_ROOT_BITS];
 
 static inline uintptr_t pagemap_get(uintptr_t addr) {
   if (__builtin_expect(addr >> 47, 0)) return 0;

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "export.h"
+
 #define SC_COUNT 72                 /* classes are numbered 1..SC_COUNT; 0 means "none" */
 #define SC_SMALL_MAX ((size_t)32768) /* larger requests are large blocks, straight from vmem */
 #define SC_LOOKUP_MAX ((size_t)1024) /* up to here one table load finds the class */
@@ -16,8 +18,8 @@ typedef struct sc_info {
   uint64_t div_magic; /* UINT64_MAX / size + 1: off % size == 0 iff off * magic <= magic - 1 */
 } sc_info_t;
 
-extern sc_info_t sc_info[SC_COUNT + 1];
-extern uint8_t sc_lookup[SC_LOOKUP_MAX / 16 + 1];
+extern MAGPIE_HIDDEN sc_info_t sc_info[SC_COUNT + 1];
+extern MAGPIE_HIDDEN uint8_t sc_lookup[SC_LOOKUP_MAX / 16 + 1];
 
 void sc_init(void);
 /* The slab span for objects of size bytes: a power of two holding at least 8 of them. */
