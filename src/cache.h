@@ -18,6 +18,7 @@ typedef struct slab slab_t;
 typedef struct mag {
   uint32_t n;       /* rounds held */
   uint32_t cap;     /* rounds it can hold; 0 only for mag_empty, the shared sentinel */
+  uint32_t fill;    /* rounds the next refill from the slab layer takes (slow start) */
   struct mag *next; /* on a depot list */
   void *rounds[];
 } mag_t;

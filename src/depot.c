@@ -25,7 +25,7 @@
 #define DEPOT_GROW_CONTENDED 16 /* failed try-locks per reap interval that justify larger mags */
 #define MAG_POOLS 9             /* magazine capacities 1, 2, 4, ..., 256 */
 
-mag_t mag_empty = {0, 0, NULL};
+mag_t mag_empty = {0, 0, 0, NULL};
 
 static meta_pool_t mag_pools[MAG_POOLS] = {
 #define MAG_POOL(k) META_POOL(sizeof(mag_t) + sizeof(void *) * ((size_t)1 << (k)))

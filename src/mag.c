@@ -21,7 +21,11 @@
  *      straight to the slab layer for whatever the rest of thread teardown allocates.
  *   5. Held bytes: objects handed to threads (in their magazines or live) are counted at each
  *      magazine movement, a close upper bound of live bytes kept without any fast-path cost.
- *   6. Reaping: the slow path runs the periodic reap (cache.c) at most once per reap_ms.
+ *   6. Slow start: a magazine refilled from the slab layer takes MAG_FILL_START objects the first
+ *      time and twice as many each time after, up to its size. A thread that allocates a few
+ *      objects of a class (hundreds of mostly idle threads) so reserves a few, not a magazine
+ *      full, and threads sharing a slab share its pages.
+ *   7. Reaping: the slow path runs the periodic reap (cache.c) at most once per reap_ms.
  *   Lock order: mag_registry_lock, then depot locks, then slab locks.
  */
 #include "mag.h"
@@ -39,6 +43,7 @@
 #include <string.h>
 
 #define TCLASS_EMPTY {&mag_empty, &mag_empty, 0, 0}
+#define MAG_FILL_START 4 /* first refill from the slab layer: a few objects, not a magazine */
 
 tcache_t tcache_boot = {.cls = {[0 ... SC_COUNT] = TCLASS_EMPTY}};
 tcache_t tcache_dead = {.cls = {[0 ... SC_COUNT] = TCLASS_EMPTY}};
@@ -97,8 +102,11 @@ static void *mag_alloc_miss(cache_t *cp, tclass_t *t) {
         if (!(l = depot_empty_mag(cp))) return NULL;
         t->loaded = l;
       }
-      l->n = slab_alloc(cp, l->rounds, l->cap);
+      uint32_t fill = l->fill < MAG_FILL_START ? MAG_FILL_START : l->fill;
+      fill = fill < l->cap ? fill : l->cap;
+      l->n = slab_alloc(cp, l->rounds, fill);
       if (l->n == 0) return NULL;
+      l->fill = 2 * fill; /* slow start: a thread that keeps missing gets more */
     }
     stats_held_add((ptrdiff_t)(l->n * cp->size));
   }

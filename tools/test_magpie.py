@@ -1,0 +1,236 @@
+#!/usr/bin/python3
+"""Tests of the magpie command, one case per ctest test.
+
+usage: test_magpie.py MAGPIE ALLOC_PROBE CASE
+
+MAGPIE is build/magpie (it finds build/libmagpie.so beside itself); ALLOC_PROBE is the program
+built from tools/alloc_probe.c. Each case runs the command, checks its exit status and output, and
+checks that the temporary directory the command used was removed.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+MAGPIE, PROBE, CASE = sys.argv[1], sys.argv[2], sys.argv[3]
+LIBRARY = os.path.join(os.path.dirname(os.path.realpath(MAGPIE)), "libmagpie.so")
+TMPDIR = tempfile.mkdtemp(prefix="magpie-tool-test.")
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what, result=None):
+    if not cond:
+        detail = ""
+        if result is not None:
+            detail = "\n--- exit status %d\n--- stdout:\n%s\n--- stderr:\n%s" % (
+                result.returncode, result.stdout, result.stderr)
+        raise Failure(what + detail)
+
+
+def magpie(*args, env=None, expect=None):
+    """Runs the command with TMPDIR set to the test's own directory; checks the exit status."""
+    full_env = dict(os.environ)
+    full_env.pop("MAGPIE_OPTIONS", None)
+    full_env.pop("LD_PRELOAD", None)
+    full_env["TMPDIR"] = TMPDIR
+    full_env.update(env or {})
+    r = subprocess.run([MAGPIE, *args], env=full_env, capture_output=True, text=True, timeout=50)
+    if expect is not None:
+        check(r.returncode == expect, "expected exit status %d" % expect, r)
+    leftovers = os.listdir(TMPDIR)
+    check(not leftovers, "temporary files left behind: %s" % leftovers, r)
+    return r
+
+
+def json_report(r):
+    """The JSON object the command printed on stderr: its last line that starts with '{'."""
+    lines = [l for l in r.stderr.splitlines() if l.startswith("{")]
+    check(lines, "no JSON object on stderr", r)
+    try:
+        return json.loads(lines[-1])
+    except ValueError as e:
+        raise Failure("bad JSON (%s): %s" % (e, lines[-1]))
+
+
+def number(text):
+    return int(text.replace(",", ""))
+
+
+def test_usage():
+    r = magpie(expect=2)
+    check("Usage: magpie run" in r.stderr and "--stats" in r.stderr, "usage on stderr", r)
+    check(r.stdout == "", "nothing on stdout", r)
+
+
+def test_help():
+    for flag in ("--help", "-h"):
+        r = magpie(flag, expect=0)
+        for word in ("Usage: magpie run", "--stats", "--json", "LD_PRELOAD", "Example"):
+            check(word in r.stdout, "help mentions %s" % word, r)
+    r = magpie("run", "--help", expect=0)
+    check("Usage: magpie run" in r.stdout, "run --help prints usage", r)
+
+
+def test_version():
+    r = magpie("version", expect=0)
+    check(r.stdout == "magpie 0.1.0\n", "version line", r)
+
+
+def test_unknown_command():
+    r = magpie("frobnicate", expect=2)
+    check("frobnicate" in r.stderr and "--help" in r.stderr, "error names the command", r)
+    r = magpie("--frobnicate", expect=2)
+    check("--frobnicate" in r.stderr, "error names the option", r)
+
+
+def test_unknown_option():
+    r = magpie("run", "--bogus", "--", "/bin/true", expect=2)
+    check("--bogus" in r.stderr and "--help" in r.stderr, "error names the option", r)
+
+
+def test_no_program():
+    for args in (["run"], ["run", "--stats"], ["run", "--stats", "--"]):
+        r = magpie(*args, expect=2)
+        check("PROGRAM" in r.stderr, "error says PROGRAM is missing", r)
+
+
+def test_stats_true():
+    r = magpie("run", "--stats", "--", "/bin/true", expect=0)
+    for word in ("allocations", "frees", "bytes requested", "peak live bytes", "peak RSS",
+                 "peak mapped bytes"):
+        check(re.search(r"^\s*%s\s+\S" % word, r.stderr, re.M), "report has %s" % word, r)
+    check("no statistics" not in r.stderr, "the library wrote statistics", r)
+
+
+def test_exit_code():
+    magpie("run", "--", "sh", "-c", "exit 7", expect=7)
+    magpie("run", "sh", "-c", "exit 0", expect=0)
+    r = magpie("run", "--stats", "--", "sh", "-c", "exit 42", expect=42)
+    check("exited with status 42" in r.stderr, "report gives the status", r)
+
+
+def test_signal_status():
+    r = magpie("run", "--stats", "--", "sh", "-c", "kill -TERM $$", expect=128 + 15)
+    check("signal 15" in r.stderr, "report names the signal", r)
+    check("no statistics" in r.stderr, "report says the statistics are missing", r)
+    check(re.search(r"peak RSS\s+\d", r.stderr), "report still gives peak RSS", r)
+    r = magpie("run", "--json", "--", "sh", "-c", "kill -KILL $$", expect=128 + 9)
+    j = json_report(r)
+    check(j["exit_status"] == 137 and "error" in j and j["peak_rss_bytes"] > 0,
+          "JSON has error, exit_status and peak_rss_bytes: %s" % j)
+
+
+def test_json_counts():
+    r = magpie("run", "--stats", "--json", "--", PROBE, expect=0)
+    j = json_report(r)
+    check(j.get("magpie") == 1, "\"magpie\":1 in %s" % j)
+    check(j.get("exit_status") == 0, "exit_status 0 in %s" % j)
+    check(j.get("peak_rss_bytes", 0) > 0, "peak_rss_bytes in %s" % j)
+    for key in ("allocs", "frees"):
+        check(j.get(key, 0) >= 1000, "%s >= 1000 in %s" % (key, j))
+    for key in ("bytes_requested", "peak_live_bytes"):
+        check(j.get(key, 0) >= 100000, "%s >= 100000 in %s" % (key, j))
+    check(any(c["size"] >= 100 and c["allocs"] >= 1000 and c["frees"] >= 1000
+              for c in j.get("classes", [])),
+          "a class of size >= 100 with >= 1000 allocs and frees in %s" % j)
+    # --json alone implies --stats.
+    j = json_report(magpie("run", "--json", PROBE, "2000", "300", expect=0))
+    check(j.get("allocs", 0) >= 2000, "allocs >= 2000 in %s" % j)
+
+
+def test_text_report():
+    r = magpie("run", "--stats", "--", PROBE, "5000", "200", expect=0)
+    m = re.search(r"^\s*allocations\s+(\d{1,3}(?:,\d{3})+)\s*$", r.stderr, re.M)
+    check(m and number(m.group(1)) >= 5000, "allocations >= 5,000 with separators", r)
+    m = re.search(r"^\s*bytes requested\s+[\d.]+ (?:KiB|MiB)\s+\(([\d,]+)\)", r.stderr, re.M)
+    check(m and number(m.group(1)) >= 1000000, "bytes requested >= 1,000,000 in MiB", r)
+    check("busiest size classes" in r.stderr, "report lists size classes", r)
+    rows = re.findall(r"^\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s*$", r.stderr, re.M)
+    check(0 < len(rows) <= 5, "one to five class rows", r)
+    check(any(number(s) >= 200 and number(a) >= 5000 for s, a, _ in rows),
+          "a class of size >= 200 with >= 5,000 allocs", r)
+    allocs = [number(a) for _, a, _ in rows]
+    check(allocs == sorted(allocs, reverse=True), "classes sorted by allocations", r)
+
+
+def test_not_found():
+    for prog in ("/nonexistent/magpie-no-such-program", "magpie-no-such-program"):
+        for opts in ([], ["--stats"]):
+            r = magpie("run", *opts, "--", prog, expect=127)
+            check(prog in r.stderr and "not found" in r.stderr, "error names the program", r)
+    j = json_report(magpie("run", "--json", "--", "magpie-no-such-program", expect=127))
+    check(j["exit_status"] == 127 and "magpie-no-such-program" in j["error"], "JSON error: %s" % j)
+
+
+def test_not_executable():
+    path = os.path.join(tempfile.mkdtemp(prefix="magpie-tool-test."), "not-executable")
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\nexit 0\n")
+    os.chmod(path, 0o644)
+    try:
+        r = magpie("run", "--", path, expect=126)
+        check(path in r.stderr, "error names the program", r)
+    finally:
+        shutil.rmtree(os.path.dirname(path))
+
+
+def test_preload_kept():
+    show = ["sh", "-c", 'printf "%s" "$LD_PRELOAD"']
+    r = magpie("run", "--", *show, expect=0)
+    check(r.stdout == LIBRARY, "LD_PRELOAD is the library beside magpie", r)
+    r = magpie("run", "--", *show, env={"LD_PRELOAD": "libm.so.6"}, expect=0)
+    check(r.stdout == LIBRARY + ":libm.so.6", "the library is put in front of LD_PRELOAD", r)
+
+
+def test_options_kept():
+    show = ["sh", "-c", 'printf "%s" "$MAGPIE_OPTIONS"']
+    r = magpie("run", "--", *show, env={"MAGPIE_OPTIONS": "stats=text"}, expect=0)
+    check(r.stdout == "stats=text", "MAGPIE_OPTIONS unchanged without --stats", r)
+    r = magpie("run", "--stats", "--", *show, env={"MAGPIE_OPTIONS": "stats=text"}, expect=0)
+    check(re.fullmatch(r"stats=text,stats=json,stats_file=/\S+/stats\.%p", r.stdout),
+          "the tool's options follow the user's", r)
+    # The library takes the last value of an option, so the report still works.
+    j = json_report(magpie("run", "--json", "--", PROBE, env={"MAGPIE_OPTIONS": "stats=text"},
+                           expect=0))
+    check(j.get("allocs", 0) >= 1000, "allocs >= 1000 in %s" % j)
+
+
+def test_quick_exit():
+    r = magpie("run", "--stats", "--", PROBE, "--quick-exit", expect=0)
+    check("no statistics" in r.stderr and "_exit" in r.stderr, "report says why", r)
+    check(re.search(r"peak RSS\s+\d", r.stderr), "report still gives peak RSS", r)
+    j = json_report(magpie("run", "--json", "--", PROBE, "--quick-exit", expect=0))
+    check("error" in j and j["exit_status"] == 0 and j["peak_rss_bytes"] > 0, "JSON: %s" % j)
+
+
+def test_child_processes():
+    r = magpie("run", "--stats", "--", PROBE, "--fork", "3", expect=0)
+    check("3 child processes also ran under magpie" in r.stderr, "report counts children", r)
+    j = json_report(magpie("run", "--json", "--", PROBE, "--fork", "2", expect=0))
+    check(j.get("child_processes") == 2, "child_processes 2 in %s" % j)
+
+
+def main():
+    test = globals().get("test_" + CASE)
+    if not test:
+        print("test_magpie.py: no case named %s" % CASE, file=sys.stderr)
+        return 2
+    try:
+        test()
+    except Failure as e:
+        print("FAIL %s: %s" % (CASE, e), file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(TMPDIR, ignore_errors=True)
+    print("PASS %s" % CASE)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
