@@ -4,7 +4,9 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps test demo bench format clean
+FORMATTED = src/*.c src/*.h src/*.cc include/*.h tests/unit/*.c tests/unit/*.h
+
+.PHONY: all deps test demo bench format format-check clean
 all: deps
 	@test -f $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build $(BUILD) -j $(JOBS)
@@ -22,7 +24,10 @@ bench: all
 	python3 bench/run.py --quick
 
 format:
-	clang-format -i src/*.c src/*.h src/*.cc include/*.h tools/*.c tests/*/*.c bench/*.c
+	clang-format -i $(FORMATTED)
+
+format-check: deps
+	clang-format --dry-run --Werror $(FORMATTED)
 
 clean:
 	rm -rf $(BUILD)

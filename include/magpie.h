@@ -41,8 +41,7 @@ typedef void magpie_dtor_t(void *obj, void *arg);
 #define MAGPIE_NOFAIL 0x1  /* alloc: never returns NULL (reports and aborts instead) */
 
 magpie_cache_t *magpie_cache_create(const char *name, size_t size, size_t align,
-                                    magpie_ctor_t *ctor, magpie_dtor_t *dtor, void *arg,
-                                    int flags);
+                                    magpie_ctor_t *ctor, magpie_dtor_t *dtor, void *arg, int flags);
 void *magpie_cache_alloc(magpie_cache_t *cache, int flags);
 void magpie_cache_free(magpie_cache_t *cache, void *obj);
 /* All objects must have been freed; remaining free objects are destructed. */

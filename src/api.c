@@ -40,9 +40,12 @@ __attribute__((noreturn)) static void bad_pointer(const char *what, void *p, uin
 void free_slow(void *p) {
   if (!p) return;
   uintptr_t e = pagemap_get((uintptr_t)p), tag = e & PM_TAG_MASK;
-  if (tag >= 1 && tag <= SC_COUNT) mag_free((unsigned)tag, p);
-  else if (tag == PM_TAG_LARGE && ((uintptr_t)p & (OS_PAGE - 1)) == 0) large_free(p, e);
-  else bad_pointer("invalid free", p, e);
+  if (tag >= 1 && tag <= SC_COUNT)
+    mag_free((unsigned)tag, p);
+  else if (tag == PM_TAG_LARGE && ((uintptr_t)p & (OS_PAGE - 1)) == 0)
+    large_free(p, e);
+  else
+    bad_pointer("invalid free", p, e);
 }
 
 /* The usable size of a block magpie handed out; reports anything else. */
@@ -59,9 +62,13 @@ static size_t block_size(void *p, uintptr_t *entry, const char *what) {
   bad_pointer(what, p, e);
 }
 
-MAGPIE_EXPORT void *magpie_malloc(size_t size) { return fast_malloc(size); }
+MAGPIE_EXPORT void *magpie_malloc(size_t size) {
+  return fast_malloc(size);
+}
 
-MAGPIE_EXPORT void magpie_free(void *p) { fast_free(p); }
+MAGPIE_EXPORT void magpie_free(void *p) {
+  fast_free(p);
+}
 
 MAGPIE_EXPORT void *magpie_calloc(size_t n, size_t size) {
   size_t total;
@@ -106,7 +113,8 @@ void *api_memalign(size_t align, size_t size) {
   if (align <= 16) return fast_malloc(size);
   if (size <= SC_SMALL_MAX && align <= SC_SMALL_MAX) {
     unsigned c = sc_of(size > align ? size : align);
-    while (sc_info[c].size & (align - 1)) c++; /* the 32 KiB class is a multiple of any align */
+    while (sc_info[c].size & (align - 1))
+      c++; /* the 32 KiB class is a multiple of any align */
     return mag_malloc(c, size);
   }
   return large_alloc(size ? size : 1, align, false); /* size 0: still a unique block */
@@ -130,7 +138,9 @@ MAGPIE_EXPORT int magpie_posix_memalign(void **out, size_t align, size_t size) {
   return 0;
 }
 
-void *api_valloc(size_t size) { return api_memalign(OS_PAGE, size); }
+void *api_valloc(size_t size) {
+  return api_memalign(OS_PAGE, size);
+}
 
 void *api_pvalloc(size_t size) {
   if (size > SIZE_MAX - OS_PAGE) {
@@ -150,7 +160,9 @@ void api_free_sized(void *p, size_t size) {
   fast_free(p);
 }
 
-MAGPIE_EXPORT size_t magpie_trim(void) { return cache_trim(); }
+MAGPIE_EXPORT size_t magpie_trim(void) {
+  return cache_trim();
+}
 
 int api_trim(size_t pad) {
   (void)pad; /* magpie keeps no top pad: everything free is given back */
@@ -162,7 +174,7 @@ struct mallinfo2 api_mallinfo2(void) {
   stats_summary(&s);
   struct mallinfo2 mi;
   memset(&mi, 0, sizeof mi);
-  mi.arena = s.mapped_bytes;            /* everything magpie maps */
+  mi.arena = s.mapped_bytes; /* everything magpie maps */
   mi.hblks = s.large_allocs - s.large_frees;
   mi.hblkhd = s.large_live_bytes;
   mi.usmblks = s.peak_mapped_bytes;
@@ -171,7 +183,9 @@ struct mallinfo2 api_mallinfo2(void) {
   return mi;
 }
 
-void api_malloc_stats(void) { stats_write(2, MAGPIE_STATS_TEXT); }
+void api_malloc_stats(void) {
+  stats_write(2, MAGPIE_STATS_TEXT);
+}
 
 int api_malloc_info(int options, FILE *fp) {
   if (options != 0) {

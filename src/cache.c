@@ -32,22 +32,24 @@
 #include <errno.h>
 #include <string.h>
 
-#define MAG_BYTES_START ((size_t)8 << 10)  /* objects in a cache's first magazines */
-#define MAG_BYTES_MAX ((size_t)256 << 10)  /* magazine growth stops here */
+#define MAG_BYTES_START ((size_t)8 << 10) /* objects in a cache's first magazines */
+#define MAG_BYTES_MAX ((size_t)256 << 10) /* magazine growth stops here */
 #define MAG_ROUNDS_START_MAX 32u
 #define MAG_ROUNDS_MAX 256u
-#define OBJECT_SIZE_MAX ((size_t)1 << 20) /* object caches: spans of 8 such objects are 8 MiB */
+#define OBJECT_SIZE_MAX ((size_t)1 << 20)   /* object caches: spans of 8 such objects are 8 MiB */
 #define OBJECT_ALIGN_MAX ((size_t)64 << 10) /* spans are aligned to at least this */
 
 cache_t malloc_caches[SC_COUNT + 1];
 
 static lock_t cache_list_lock = LOCK_INIT;
-static cache_t *cache_list;                  /* object caches (cache_list_lock) */
-static bool cache_id_used[MAG_CACHE_SLOTS];  /* (cache_list_lock) */
+static cache_t *cache_list;                 /* object caches (cache_list_lock) */
+static bool cache_id_used[MAG_CACHE_SLOTS]; /* (cache_list_lock) */
 static meta_pool_t cache_pool = META_POOL(sizeof(cache_t));
-static uint64_t cache_last_reap;             /* os_now_ns of the last reap (atomic) */
+static uint64_t cache_last_reap; /* os_now_ns of the last reap (atomic) */
 
-static uint32_t pow2_floor(size_t v) { return v ? (uint32_t)1 << (63 - __builtin_clzl(v)) : 0; }
+static uint32_t pow2_floor(size_t v) {
+  return v ? (uint32_t)1 << (63 - __builtin_clzl(v)) : 0;
+}
 
 static uint32_t clamp_rounds(size_t v, uint32_t lo, uint32_t hi) {
   uint32_t r = pow2_floor(v);
@@ -77,9 +79,11 @@ void cache_init(void) {
 }
 
 static size_t cache_reap(bool everything) {
-  for (unsigned c = 1; c <= SC_COUNT; c++) depot_reap(&malloc_caches[c], everything);
+  for (unsigned c = 1; c <= SC_COUNT; c++)
+    depot_reap(&malloc_caches[c], everything);
   lock_acquire(&cache_list_lock);
-  for (cache_t *cp = cache_list; cp; cp = cp->next) depot_reap(cp, everything);
+  for (cache_t *cp = cache_list; cp; cp = cp->next)
+    depot_reap(cp, everything);
   lock_release(&cache_list_lock);
   return vmem_reap(&heap_arena, everything ? 0 : opt.retain, everything);
 }
@@ -134,7 +138,8 @@ MAGPIE_EXPORT void *magpie_cache_alloc(magpie_cache_t *cache, int flags) {
   cache_t *cp = (cache_t *)cache;
   void *obj = mag_cache_alloc(cp);
   if (!obj) {
-    if (flags & MAGPIE_NOFAIL) report_fatal("magpie_cache_alloc failed with MAGPIE_NOFAIL", cp, cp->size);
+    if (flags & MAGPIE_NOFAIL)
+      report_fatal("magpie_cache_alloc failed with MAGPIE_NOFAIL", cp, cp->size);
     errno = ENOMEM;
   }
   return obj;
@@ -184,8 +189,10 @@ static void cache_init_locks(cache_t *cp) {
 }
 
 static void cache_for_all(void (*fn)(cache_t *)) {
-  for (unsigned c = 1; c <= SC_COUNT; c++) fn(&malloc_caches[c]);
-  for (cache_t *cp = cache_list; cp; cp = cp->next) fn(cp);
+  for (unsigned c = 1; c <= SC_COUNT; c++)
+    fn(&malloc_caches[c]);
+  for (cache_t *cp = cache_list; cp; cp = cp->next)
+    fn(cp);
 }
 
 void cache_fork_prepare(void) {

@@ -24,32 +24,32 @@ typedef struct mag {
 } mag_t;
 
 typedef struct depot {
-  lock_t lock;           /* protects the fields below */
-  mag_t *full, *empty;   /* non-empty magazines; empty magazines */
+  lock_t lock;         /* protects the fields below */
+  mag_t *full, *empty; /* non-empty magazines; empty magazines */
   uint32_t nfull, nempty;
-  uint32_t full_min;     /* lowest nfull since the last reap: magazines nobody needed */
-  uint32_t empty_min;    /* same for nempty */
-  uint32_t cap;          /* rounds in magazines made from now on */
+  uint32_t full_min;  /* lowest nfull since the last reap: magazines nobody needed */
+  uint32_t empty_min; /* same for nempty */
+  uint32_t cap;       /* rounds in magazines made from now on */
   uint32_t cap_max;
-  uint64_t contended;    /* lock_try failures since the last reap */
-  uint64_t exchanges;    /* magazine exchanges, ever (statistics) */
+  uint64_t contended; /* lock_try failures since the last reap */
+  uint64_t exchanges; /* magazine exchanges, ever (statistics) */
 } depot_t;
 
 typedef struct cache {
   /* set at creation, then read-only */
   char name[32];
-  size_t size;           /* object stride: a multiple of 16 and of the alignment */
-  size_t span;           /* slab span bytes: a power of two, spans aligned to it */
-  uint32_t per_slab;     /* objects in a slab */
-  uintptr_t tag;         /* page-map tag of its slabs: the size class, or PM_TAG_CACHE */
-  unsigned id;           /* malloc: the class; object caches: slot in the threads' tables */
+  size_t size;       /* object stride: a multiple of 16 and of the alignment */
+  size_t span;       /* slab span bytes: a power of two, spans aligned to it */
+  uint32_t per_slab; /* objects in a slab */
+  uintptr_t tag;     /* page-map tag of its slabs: the size class, or PM_TAG_CACHE */
+  unsigned id;       /* malloc: the class; object caches: slot in the threads' tables */
   magpie_ctor_t *ctor;
   magpie_dtor_t *dtor;
   void *arg;
   /* slab layer */
-  lock_t slab_lock;      /* protects the slab fields below and every slab's free list */
-  slab_t *partial;       /* slabs with free or never-used objects, first served first */
-  size_t slabs;          /* slabs held */
+  lock_t slab_lock;        /* protects the slab fields below and every slab's free list */
+  slab_t *partial;         /* slabs with free or never-used objects, first served first */
+  size_t slabs;            /* slabs held */
   size_t slab_objects_out; /* objects handed to the magazine layer and not returned */
   /* depot */
   depot_t depot;

@@ -50,15 +50,21 @@ inline void *alloc_aligned_nothrow(std::size_t size, std::align_val_t align) noe
 
 } // namespace
 
-MAGPIE_EXPORT void *operator new(std::size_t n) { return alloc(n); }
-MAGPIE_EXPORT void *operator new[](std::size_t n) { return alloc(n); }
+MAGPIE_EXPORT void *operator new(std::size_t n) {
+  return alloc(n);
+}
+MAGPIE_EXPORT void *operator new[](std::size_t n) {
+  return alloc(n);
+}
 MAGPIE_EXPORT void *operator new(std::size_t n, const std::nothrow_t &) noexcept {
   return alloc_nothrow(n);
 }
 MAGPIE_EXPORT void *operator new[](std::size_t n, const std::nothrow_t &) noexcept {
   return alloc_nothrow(n);
 }
-MAGPIE_EXPORT void *operator new(std::size_t n, std::align_val_t a) { return alloc_aligned(n, a); }
+MAGPIE_EXPORT void *operator new(std::size_t n, std::align_val_t a) {
+  return alloc_aligned(n, a);
+}
 MAGPIE_EXPORT void *operator new[](std::size_t n, std::align_val_t a) {
   return alloc_aligned(n, a);
 }
@@ -71,14 +77,30 @@ MAGPIE_EXPORT void *operator new[](std::size_t n, std::align_val_t a,
   return alloc_aligned_nothrow(n, a);
 }
 
-MAGPIE_EXPORT void operator delete(void *p) noexcept { fast_free(p); }
-MAGPIE_EXPORT void operator delete[](void *p) noexcept { fast_free(p); }
-MAGPIE_EXPORT void operator delete(void *p, const std::nothrow_t &) noexcept { fast_free(p); }
-MAGPIE_EXPORT void operator delete[](void *p, const std::nothrow_t &) noexcept { fast_free(p); }
-MAGPIE_EXPORT void operator delete(void *p, std::size_t) noexcept { fast_free(p); }
-MAGPIE_EXPORT void operator delete[](void *p, std::size_t) noexcept { fast_free(p); }
-MAGPIE_EXPORT void operator delete(void *p, std::align_val_t) noexcept { fast_free(p); }
-MAGPIE_EXPORT void operator delete[](void *p, std::align_val_t) noexcept { fast_free(p); }
+MAGPIE_EXPORT void operator delete(void *p) noexcept {
+  fast_free(p);
+}
+MAGPIE_EXPORT void operator delete[](void *p) noexcept {
+  fast_free(p);
+}
+MAGPIE_EXPORT void operator delete(void *p, const std::nothrow_t &) noexcept {
+  fast_free(p);
+}
+MAGPIE_EXPORT void operator delete[](void *p, const std::nothrow_t &) noexcept {
+  fast_free(p);
+}
+MAGPIE_EXPORT void operator delete(void *p, std::size_t) noexcept {
+  fast_free(p);
+}
+MAGPIE_EXPORT void operator delete[](void *p, std::size_t) noexcept {
+  fast_free(p);
+}
+MAGPIE_EXPORT void operator delete(void *p, std::align_val_t) noexcept {
+  fast_free(p);
+}
+MAGPIE_EXPORT void operator delete[](void *p, std::align_val_t) noexcept {
+  fast_free(p);
+}
 MAGPIE_EXPORT void operator delete(void *p, std::size_t, std::align_val_t) noexcept {
   fast_free(p);
 }

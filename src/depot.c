@@ -34,9 +34,13 @@ static meta_pool_t mag_pools[MAG_POOLS] = {
 #undef MAG_POOL
 };
 
-static unsigned mag_pool_index(uint32_t cap) { return (unsigned)__builtin_ctz(cap); }
+static unsigned mag_pool_index(uint32_t cap) {
+  return (unsigned)__builtin_ctz(cap);
+}
 
-static void mag_destroy(mag_t *m) { meta_free(&mag_pools[mag_pool_index(m->cap)], m); }
+static void mag_destroy(mag_t *m) {
+  meta_free(&mag_pools[mag_pool_index(m->cap)], m);
+}
 
 void depot_init(cache_t *cp, uint32_t cap, uint32_t cap_max) {
   depot_t *d = &cp->depot;
@@ -111,8 +115,10 @@ mag_t *depot_free_exchange(cache_t *cp, mag_t *give) {
 void depot_put(cache_t *cp, mag_t *m) {
   depot_t *d = &cp->depot;
   depot_lock(d);
-  if (m->n) push(&d->full, &d->nfull, m);
-  else push(&d->empty, &d->nempty, m);
+  if (m->n)
+    push(&d->full, &d->nfull, m);
+  else
+    push(&d->empty, &d->nempty, m);
   lock_release(&d->lock);
 }
 
@@ -122,8 +128,10 @@ void depot_reap(cache_t *cp, bool everything) {
   uint32_t junk = 0, none = 0;
   lock_acquire(&d->lock);
   uint32_t nf = everything ? d->nfull : d->full_min, ne = everything ? d->nempty : d->empty_min;
-  while (nf-- > 0) push(&fulls, &junk, pop(&d->full, &d->nfull, &none));
-  while (ne-- > 0) push(&empties, &junk, pop(&d->empty, &d->nempty, &none));
+  while (nf-- > 0)
+    push(&fulls, &junk, pop(&d->full, &d->nfull, &none));
+  while (ne-- > 0)
+    push(&empties, &junk, pop(&d->empty, &d->nempty, &none));
   d->full_min = d->nfull;
   d->empty_min = d->nempty;
   if (d->contended > DEPOT_GROW_CONTENDED && d->cap < d->cap_max) d->cap *= 2;
@@ -133,5 +141,6 @@ void depot_reap(cache_t *cp, bool everything) {
     slab_free(cp, m->rounds, m->n);
     mag_destroy(m);
   }
-  for (mag_t *m; (m = pop(&empties, &junk, &none)) != NULL;) mag_destroy(m);
+  for (mag_t *m; (m = pop(&empties, &junk, &none)) != NULL;)
+    mag_destroy(m);
 }

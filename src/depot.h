@@ -9,7 +9,8 @@ extern mag_t mag_empty; /* the sentinel: no rounds, no room, never on a depot li
 void depot_init(cache_t *cp, uint32_t cap, uint32_t cap_max);
 /* A non-empty magazine in exchange for `give` (an empty one, or the sentinel); NULL if none. */
 mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give);
-/* An empty magazine in exchange for `give` (a full one); NULL (nothing kept) if none can be made. */
+/* An empty magazine in exchange for `give` (a full one); NULL (nothing kept) if none can be made.
+ */
 mag_t *depot_free_exchange(cache_t *cp, mag_t *give);
 /* An empty magazine of the current size, NULL when out of memory. */
 mag_t *depot_empty_mag(cache_t *cp);

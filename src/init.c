@@ -54,7 +54,8 @@ void magpie_init(void) {
   if (!__atomic_compare_exchange_n(&init_state, &expected, INIT_RUNNING, false, __ATOMIC_ACQUIRE,
                                    __ATOMIC_ACQUIRE)) {
     if (init_here) report_fatal("magpie_init re-entered while initialising", NULL, 0);
-    while (__atomic_load_n(&init_state, __ATOMIC_ACQUIRE) != INIT_DONE) sched_yield();
+    while (__atomic_load_n(&init_state, __ATOMIC_ACQUIRE) != INIT_DONE)
+      sched_yield();
     return;
   }
   init_here = 1;
@@ -82,4 +83,6 @@ __attribute__((constructor)) static void magpie_constructor(void) {
   pthread_atfork(cache_fork_prepare, cache_fork_parent, cache_fork_child);
 }
 
-__attribute__((destructor)) static void magpie_destructor(void) { stats_at_exit(); }
+__attribute__((destructor)) static void magpie_destructor(void) {
+  stats_at_exit();
+}

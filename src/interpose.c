@@ -14,10 +14,18 @@
 
 #define ALIAS(name) __attribute__((alias(#name), copy(name), visibility("default")))
 
-MAGPIE_EXPORT void *malloc(size_t size) { return fast_malloc(size); }
-MAGPIE_EXPORT void free(void *p) { fast_free(p); }
-MAGPIE_EXPORT void *calloc(size_t n, size_t size) { return magpie_calloc(n, size); }
-MAGPIE_EXPORT void *realloc(void *p, size_t size) { return magpie_realloc(p, size); }
+MAGPIE_EXPORT void *malloc(size_t size) {
+  return fast_malloc(size);
+}
+MAGPIE_EXPORT void free(void *p) {
+  fast_free(p);
+}
+MAGPIE_EXPORT void *calloc(size_t n, size_t size) {
+  return magpie_calloc(n, size);
+}
+MAGPIE_EXPORT void *realloc(void *p, size_t size) {
+  return magpie_realloc(p, size);
+}
 MAGPIE_EXPORT void *reallocarray(void *p, size_t n, size_t size) {
   return api_reallocarray(p, n, size);
 }
@@ -27,32 +35,52 @@ MAGPIE_EXPORT int posix_memalign(void **out, size_t align, size_t size) {
 MAGPIE_EXPORT void *aligned_alloc(size_t align, size_t size) {
   return magpie_aligned_alloc(align, size);
 }
-MAGPIE_EXPORT void *memalign(size_t align, size_t size) { return magpie_aligned_alloc(align, size); }
-MAGPIE_EXPORT void *valloc(size_t size) { return api_valloc(size); }
-MAGPIE_EXPORT void *pvalloc(size_t size) { return api_pvalloc(size); }
-MAGPIE_EXPORT size_t malloc_usable_size(void *p) { return magpie_usable_size(p); }
-MAGPIE_EXPORT void free_sized(void *p, size_t size) { api_free_sized(p, size); }
+MAGPIE_EXPORT void *memalign(size_t align, size_t size) {
+  return magpie_aligned_alloc(align, size);
+}
+MAGPIE_EXPORT void *valloc(size_t size) {
+  return api_valloc(size);
+}
+MAGPIE_EXPORT void *pvalloc(size_t size) {
+  return api_pvalloc(size);
+}
+MAGPIE_EXPORT size_t malloc_usable_size(void *p) {
+  return magpie_usable_size(p);
+}
+MAGPIE_EXPORT void free_sized(void *p, size_t size) {
+  api_free_sized(p, size);
+}
 MAGPIE_EXPORT void free_aligned_sized(void *p, size_t align, size_t size) {
   (void)align;
   api_free_sized(p, size);
 }
-MAGPIE_EXPORT int malloc_trim(size_t pad) { return api_trim(pad); }
-MAGPIE_EXPORT struct mallinfo2 mallinfo2(void) { return api_mallinfo2(); }
-MAGPIE_EXPORT void malloc_stats(void) { api_malloc_stats(); }
-MAGPIE_EXPORT int malloc_info(int options, FILE *fp) { return api_malloc_info(options, fp); }
+MAGPIE_EXPORT int malloc_trim(size_t pad) {
+  return api_trim(pad);
+}
+MAGPIE_EXPORT struct mallinfo2 mallinfo2(void) {
+  return api_mallinfo2();
+}
+MAGPIE_EXPORT void malloc_stats(void) {
+  api_malloc_stats();
+}
+MAGPIE_EXPORT int malloc_info(int options, FILE *fp) {
+  return api_malloc_info(options, fp);
+}
 MAGPIE_EXPORT int mallopt(int param, int value) {
   (void)param; /* magpie tunes itself; MAGPIE_OPTIONS is its interface */
   (void)value;
   return 1;
 }
 
-static int clamp_int(size_t v) { return v > INT_MAX ? INT_MAX : (int)v; }
+static int clamp_int(size_t v) {
+  return v > INT_MAX ? INT_MAX : (int)v;
+}
 
 MAGPIE_EXPORT struct mallinfo mallinfo(void) {
   struct mallinfo2 m2 = api_mallinfo2();
-  struct mallinfo mi = {clamp_int(m2.arena),    clamp_int(m2.ordblks),  clamp_int(m2.smblks),
-                        clamp_int(m2.hblks),    clamp_int(m2.hblkhd),   clamp_int(m2.usmblks),
-                        clamp_int(m2.fsmblks),  clamp_int(m2.uordblks), clamp_int(m2.fordblks),
+  struct mallinfo mi = {clamp_int(m2.arena),   clamp_int(m2.ordblks),  clamp_int(m2.smblks),
+                        clamp_int(m2.hblks),   clamp_int(m2.hblkhd),   clamp_int(m2.usmblks),
+                        clamp_int(m2.fsmblks), clamp_int(m2.uordblks), clamp_int(m2.fordblks),
                         clamp_int(m2.keepcost)};
   return mi;
 }

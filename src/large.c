@@ -28,11 +28,17 @@
 
 static size_t large_live; /* bytes in large blocks (atomic) */
 
-static uintptr_t large_entry(size_t bytes) { return (bytes >> OS_PAGE_SHIFT) << 7 | PM_TAG_LARGE; }
+static uintptr_t large_entry(size_t bytes) {
+  return (bytes >> OS_PAGE_SHIFT) << 7 | PM_TAG_LARGE;
+}
 
-size_t large_size(uintptr_t entry) { return (entry >> 7) << OS_PAGE_SHIFT; }
+size_t large_size(uintptr_t entry) {
+  return (entry >> 7) << OS_PAGE_SHIFT;
+}
 
-size_t large_live_bytes(void) { return __atomic_load_n(&large_live, __ATOMIC_RELAXED); }
+size_t large_live_bytes(void) {
+  return __atomic_load_n(&large_live, __ATOMIC_RELAXED);
+}
 
 static void large_account(size_t bytes, int sign) {
   __atomic_add_fetch(&large_live, sign > 0 ? bytes : -bytes, __ATOMIC_RELAXED);

@@ -14,12 +14,15 @@ typedef struct lock {
   uint32_t state; /* accessed only through __atomic builtins */
 } lock_t;
 
-#define LOCK_INIT {0}
+#define LOCK_INIT                                                                                  \
+  { 0 }
 
 void lock_acquire_slow(lock_t *l);
 void lock_release_wake(lock_t *l);
 
-static inline void lock_init(lock_t *l) { __atomic_store_n(&l->state, 0, __ATOMIC_RELAXED); }
+static inline void lock_init(lock_t *l) {
+  __atomic_store_n(&l->state, 0, __ATOMIC_RELAXED);
+}
 
 static inline bool lock_try(lock_t *l) {
   uint32_t expected = 0;

@@ -42,7 +42,8 @@
 #include <pthread.h>
 #include <string.h>
 
-#define TCLASS_EMPTY {&mag_empty, &mag_empty, 0, 0}
+#define TCLASS_EMPTY                                                                               \
+  { &mag_empty, &mag_empty, 0, 0 }
 #define MAG_FILL_START 4 /* first refill from the slab layer: a few objects, not a magazine */
 
 tcache_t tcache_boot = {.cls = {[0 ... SC_COUNT] = TCLASS_EMPTY}};
@@ -66,7 +67,8 @@ static tcache_t *mag_thread_start(void) {
   magpie_init();
   tcache_t *tc = meta_alloc(&tcache_pool);
   if (!tc) return mag_tls = &tcache_dead;
-  for (unsigned c = 0; c <= SC_COUNT; c++) tc->cls[c] = (tclass_t)TCLASS_EMPTY;
+  for (unsigned c = 0; c <= SC_COUNT; c++)
+    tc->cls[c] = (tclass_t)TCLASS_EMPTY;
   lock_acquire(&mag_registry_lock);
   tc->next = mag_registry.next;
   tc->prev = &mag_registry;
@@ -150,9 +152,12 @@ void *mag_malloc(unsigned c, size_t size) {
   cache_t *cp = &malloc_caches[c];
   tclass_t *t = &tc->cls[c];
   void *p;
-  if (t->loaded->n) p = t->loaded->rounds[--t->loaded->n];
-  else if (tc == &tcache_dead) p = mag_direct_alloc(cp);
-  else p = mag_alloc_miss(cp, t);
+  if (t->loaded->n)
+    p = t->loaded->rounds[--t->loaded->n];
+  else if (tc == &tcache_dead)
+    p = mag_direct_alloc(cp);
+  else
+    p = mag_alloc_miss(cp, t);
   if (!p) {
     errno = ENOMEM;
     return NULL;
@@ -169,7 +174,8 @@ void mag_free(unsigned c, void *p) {
   uintptr_t a = (uintptr_t)p;
   if (!sc_is_object_start(c, (uint32_t)(a & sc_info[c].span_mask)))
     report_heap_error("invalid free", p, "interior pointer, not the start of a block");
-  if (*(uintptr_t *)p == (a ^ mag_secret)) report_heap_error("double free", p, "block already free");
+  if (*(uintptr_t *)p == (a ^ mag_secret))
+    report_heap_error("double free", p, "block already free");
   tcache_t *tc = mag_self();
   cache_t *cp = &malloc_caches[c];
   tclass_t *t = &tc->cls[c];
@@ -179,8 +185,10 @@ void mag_free(unsigned c, void *p) {
     return;
   }
   STAT_ADD(t->frees, 1);
-  if (t->loaded->n < t->loaded->cap) t->loaded->rounds[t->loaded->n++] = p;
-  else if (!mag_free_miss(cp, t, p)) mag_direct_free(cp, p);
+  if (t->loaded->n < t->loaded->cap)
+    t->loaded->rounds[t->loaded->n++] = p;
+  else if (!mag_free_miss(cp, t, p))
+    mag_direct_free(cp, p);
 }
 
 void mag_large_count(size_t size, int sign) {
@@ -214,9 +222,12 @@ static tclass_t *mag_slot(tcache_t *tc, cache_t *cp) {
 void *mag_cache_alloc(cache_t *cp) {
   tclass_t *t = mag_slot(mag_self(), cp);
   void *obj;
-  if (!t) obj = mag_direct_alloc(cp);
-  else if (t->loaded->n) obj = t->loaded->rounds[--t->loaded->n];
-  else obj = mag_alloc_miss(cp, t);
+  if (!t)
+    obj = mag_direct_alloc(cp);
+  else if (t->loaded->n)
+    obj = t->loaded->rounds[--t->loaded->n];
+  else
+    obj = mag_alloc_miss(cp, t);
   if (obj && t) STAT_ADD(t->allocs, 1);
   return obj;
 }
@@ -229,8 +240,10 @@ void mag_cache_free(cache_t *cp, void *obj) {
     return;
   }
   STAT_ADD(t->frees, 1);
-  if (t->loaded->n < t->loaded->cap) t->loaded->rounds[t->loaded->n++] = obj;
-  else if (!mag_free_miss(cp, t, obj)) mag_direct_free(cp, obj);
+  if (t->loaded->n < t->loaded->cap)
+    t->loaded->rounds[t->loaded->n++] = obj;
+  else if (!mag_free_miss(cp, t, obj))
+    mag_direct_free(cp, obj);
 }
 
 /* Gives a thread's magazines of one cache to its depot. */
@@ -260,7 +273,8 @@ void mag_cache_drain(cache_t *cp) {
 /* ---- thread exit, trim, statistics ---- */
 
 static void mag_flush(tcache_t *tc) {
-  for (unsigned c = 1; c <= SC_COUNT; c++) mag_give_back(&malloc_caches[c], &tc->cls[c]);
+  for (unsigned c = 1; c <= SC_COUNT; c++)
+    mag_give_back(&malloc_caches[c], &tc->cls[c]);
 }
 
 void mag_flush_self(void) {
@@ -304,8 +318,12 @@ void mag_totals(mag_totals_t *out) {
   lock_release(&mag_registry_lock);
 }
 
-void mag_fork_prepare(void) { lock_acquire(&mag_registry_lock); }
-void mag_fork_parent(void) { lock_release(&mag_registry_lock); }
+void mag_fork_prepare(void) {
+  lock_acquire(&mag_registry_lock);
+}
+void mag_fork_parent(void) {
+  lock_release(&mag_registry_lock);
+}
 
 /* In the child only the forking thread exists: the other threads' caches are gone with them
    (their magazines are leaked, bounded by their size), and the registry holds just this one. */

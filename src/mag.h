@@ -24,7 +24,7 @@
 
 /* One cache as seen by one thread: Bonwick's loaded and previous magazines, and counters. */
 typedef struct tclass {
-  mag_t *loaded;   /* never NULL; &mag_empty only while prev is too */
+  mag_t *loaded; /* never NULL; &mag_empty only while prev is too */
   mag_t *prev;
   uint64_t allocs; /* objects handed out by this thread (written by the owner only) */
   uint64_t frees;

@@ -63,15 +63,18 @@ void meta_free(meta_pool_t *pool, void *obj) {
 
 void meta_fork_prepare(void) {
   lock_acquire(&meta_pools_lock);
-  for (meta_pool_t *p = meta_pools; p; p = p->next) lock_acquire(&p->lock);
+  for (meta_pool_t *p = meta_pools; p; p = p->next)
+    lock_acquire(&p->lock);
 }
 
 void meta_fork_parent(void) {
-  for (meta_pool_t *p = meta_pools; p; p = p->next) lock_release(&p->lock);
+  for (meta_pool_t *p = meta_pools; p; p = p->next)
+    lock_release(&p->lock);
   lock_release(&meta_pools_lock);
 }
 
 void meta_fork_child(void) {
-  for (meta_pool_t *p = meta_pools; p; p = p->next) lock_init(&p->lock);
+  for (meta_pool_t *p = meta_pools; p; p = p->next)
+    lock_init(&p->lock);
   lock_init(&meta_pools_lock);
 }

@@ -7,14 +7,15 @@
 
 typedef struct meta_pool {
   lock_t lock;
-  size_t size;             /* object size; objects are aligned to its lowest set bit, max 128 */
-  void *free;              /* freed objects, linked through their first word (lock) */
-  char *bump, *end;        /* the unused rest of the newest chunk (lock) */
-  size_t live;             /* objects handed out and not freed (lock) */
-  struct meta_pool *next;  /* every pool that has allocated, for fork (meta_pools_lock) */
+  size_t size;            /* object size; objects are aligned to its lowest set bit, max 128 */
+  void *free;             /* freed objects, linked through their first word (lock) */
+  char *bump, *end;       /* the unused rest of the newest chunk (lock) */
+  size_t live;            /* objects handed out and not freed (lock) */
+  struct meta_pool *next; /* every pool that has allocated, for fork (meta_pools_lock) */
 } meta_pool_t;
 
-#define META_POOL(object_size) {LOCK_INIT, (object_size), NULL, NULL, NULL, 0, NULL}
+#define META_POOL(object_size)                                                                     \
+  { LOCK_INIT, (object_size), NULL, NULL, NULL, 0, NULL }
 
 void *meta_alloc(meta_pool_t *pool); /* zeroed; NULL when the kernel refuses memory */
 void meta_free(meta_pool_t *pool, void *obj);

@@ -21,9 +21,9 @@ extern char **environ;
 options_t opt = {
     .stats = OPT_STATS_OFF,
     .mag_rounds = 0,
-    .reap_ms = 1000,         /* Bonwick's update interval was 15 s; allocation bursts are faster */
-    .retain = 8u << 20,      /* enough to absorb churn of a few large blocks without mmap */
-    .large_own = 1u << 20,   /* above this, own mappings: freeing gives the pages back at once */
+    .reap_ms = 1000,       /* Bonwick's update interval was 15 s; allocation bursts are faster */
+    .retain = 8u << 20,    /* enough to absorb churn of a few large blocks without mmap */
+    .large_own = 1u << 20, /* above this, own mappings: freeing gives the pages back at once */
 };
 
 typedef enum { OPT_SIZE, OPT_STATS_WORD, OPT_PATH } opt_kind_t;
@@ -52,8 +52,10 @@ static bool opt_parse_size(const char *s, size_t len, size_t *out) {
   }
   if (i == 0) return false;
   if (i + 1 == len) {
-    unsigned shift = s[i] == 'k' || s[i] == 'K' ? 10 : s[i] == 'm' || s[i] == 'M' ? 20
-                     : s[i] == 'g' || s[i] == 'G' ? 30 : 0;
+    unsigned shift = s[i] == 'k' || s[i] == 'K'   ? 10
+                     : s[i] == 'm' || s[i] == 'M' ? 20
+                     : s[i] == 'g' || s[i] == 'G' ? 30
+                                                  : 0;
     if (shift == 0 || v > (SIZE_MAX >> shift)) return false;
     v <<= shift;
   } else if (i != len) {
@@ -74,10 +76,14 @@ static bool opt_set(const opt_entry_t *e, const char *val, size_t len) {
     return opt_parse_size(val, len, (size_t *)field);
   case OPT_STATS_WORD: {
     size_t *v = (size_t *)field;
-    if (opt_word(val, len, "0") || opt_word(val, len, "off")) *v = OPT_STATS_OFF;
-    else if (opt_word(val, len, "1") || opt_word(val, len, "text")) *v = OPT_STATS_TEXT;
-    else if (opt_word(val, len, "json")) *v = OPT_STATS_JSON;
-    else return false;
+    if (opt_word(val, len, "0") || opt_word(val, len, "off"))
+      *v = OPT_STATS_OFF;
+    else if (opt_word(val, len, "1") || opt_word(val, len, "text"))
+      *v = OPT_STATS_TEXT;
+    else if (opt_word(val, len, "json"))
+      *v = OPT_STATS_JSON;
+    else
+      return false;
     return true;
   }
   case OPT_PATH:
@@ -101,9 +107,11 @@ void options_parse(const char *text) {
   const char *s = text;
   while (*s) {
     const char *end = s;
-    while (*end && *end != ',') end++;
+    while (*end && *end != ',')
+      end++;
     const char *eq = s;
-    while (eq < end && *eq != '=') eq++;
+    while (eq < end && *eq != '=')
+      eq++;
     size_t name_len = (size_t)(eq - s);
     const char *val = eq < end ? eq + 1 : end;
     size_t val_len = (size_t)(end - val);

@@ -34,9 +34,9 @@
 
 extern const unsigned int __rseq_size __attribute__((weak));
 
-static size_t os_mapped;      /* bytes mapped now (atomic) */
-static size_t os_mapped_max;  /* high-water mark of os_mapped (atomic) */
-static unsigned os_ncpu = 1;  /* set once by os_init */
+static size_t os_mapped;     /* bytes mapped now (atomic) */
+static size_t os_mapped_max; /* high-water mark of os_mapped (atomic) */
+static unsigned os_ncpu = 1; /* set once by os_init */
 
 static void os_account(ptrdiff_t delta) {
   size_t now = __atomic_add_fetch(&os_mapped, (size_t)delta, __ATOMIC_RELAXED);
@@ -56,8 +56,7 @@ void *os_map(size_t size) {
 void *os_map_aligned(size_t size, size_t align) {
   if (align <= OS_PAGE) return os_map(size);
   if (size + align < size) return NULL;
-  char *raw = mmap(NULL, size + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-                   0);
+  char *raw = mmap(NULL, size + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return NULL;
   uintptr_t start = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
   size_t head = start - (uintptr_t)raw, tail = align - head;
@@ -72,10 +71,16 @@ void os_unmap(void *p, size_t size) {
   os_account(-(ptrdiff_t)size);
 }
 
-void os_purge(void *p, size_t size) { madvise(p, size, MADV_DONTNEED); }
+void os_purge(void *p, size_t size) {
+  madvise(p, size, MADV_DONTNEED);
+}
 
-size_t os_mapped_bytes(void) { return __atomic_load_n(&os_mapped, __ATOMIC_RELAXED); }
-size_t os_mapped_peak(void) { return __atomic_load_n(&os_mapped_max, __ATOMIC_RELAXED); }
+size_t os_mapped_bytes(void) {
+  return __atomic_load_n(&os_mapped, __ATOMIC_RELAXED);
+}
+size_t os_mapped_peak(void) {
+  return __atomic_load_n(&os_mapped_max, __ATOMIC_RELAXED);
+}
 
 /* Reads a small file into buf (NUL-terminated); returns the length, or -1. */
 static ssize_t os_read_file(const char *path, char *buf, size_t cap) {
@@ -90,7 +95,8 @@ static ssize_t os_read_file(const char *path, char *buf, size_t cap) {
 
 static unsigned long os_parse_ulong(const char **s) {
   unsigned long v = 0;
-  while (**s >= '0' && **s <= '9') v = v * 10 + (unsigned long)(*(*s)++ - '0');
+  while (**s >= '0' && **s <= '9')
+    v = v * 10 + (unsigned long)(*(*s)++ - '0');
   return v;
 }
 
@@ -100,16 +106,20 @@ static unsigned os_cgroup_cpus(void) {
   if (os_read_file("/proc/self/cgroup", buf, sizeof buf) <= 0) return 0;
   const char *line = buf; /* the v2 entry is "0::/path" */
   while (line && !(line[0] == '0' && line[1] == ':' && line[2] == ':')) {
-    while (*line && *line != '\n') line++;
+    while (*line && *line != '\n')
+      line++;
     line = *line ? line + 1 : NULL;
   }
   if (!line) return 0;
   size_t n = 0;
   const char *prefix = "/sys/fs/cgroup";
-  while (*prefix) path[n++] = *prefix++;
-  for (const char *s = line + 3; *s && *s != '\n' && n < sizeof path - 16; s++) path[n++] = *s;
+  while (*prefix)
+    path[n++] = *prefix++;
+  for (const char *s = line + 3; *s && *s != '\n' && n < sizeof path - 16; s++)
+    path[n++] = *s;
   const char *leaf = "/cpu.max";
-  while (*leaf) path[n++] = *leaf++;
+  while (*leaf)
+    path[n++] = *leaf++;
   path[n] = '\0';
   if (os_read_file(path, buf, sizeof buf) <= 0 || buf[0] < '0' || buf[0] > '9') return 0;
   const char *s = buf;
@@ -131,9 +141,13 @@ void os_init(void) {
   os_ncpu = quota && quota < n ? quota : n;
 }
 
-unsigned os_cpu_count(void) { return os_ncpu; }
+unsigned os_cpu_count(void) {
+  return os_ncpu;
+}
 
-bool os_rseq_available(void) { return &__rseq_size != NULL && __rseq_size >= 20; }
+bool os_rseq_available(void) {
+  return &__rseq_size != NULL && __rseq_size >= 20;
+}
 
 uint64_t os_now_ns(void) {
   struct timespec ts;
@@ -162,9 +176,13 @@ int os_open_write(const char *path) {
   return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 }
 
-void os_close(int fd) { close(fd); }
+void os_close(int fd) {
+  close(fd);
+}
 
-int os_getpid(void) { return (int)getpid(); }
+int os_getpid(void) {
+  return (int)getpid();
+}
 
 size_t os_rss_bytes(void) {
   char buf[128];
@@ -181,10 +199,13 @@ void lock_acquire_slow(lock_t *l) {
     __builtin_ia32_pause();
     if (__atomic_load_n(&l->state, __ATOMIC_RELAXED) == 0 && lock_try(l)) return;
   }
-  while (__atomic_exchange_n(&l->state, 2, __ATOMIC_ACQUIRE) != 0) os_futex_wait(&l->state, 2);
+  while (__atomic_exchange_n(&l->state, 2, __ATOMIC_ACQUIRE) != 0)
+    os_futex_wait(&l->state, 2);
 }
 
-void lock_release_wake(lock_t *l) { os_futex_wake(&l->state, 1); }
+void lock_release_wake(lock_t *l) {
+  os_futex_wake(&l->state, 1);
+}
 
 void *os_map_file(const char *path, size_t *size) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -197,7 +218,9 @@ void *os_map_file(const char *path, size_t *size) {
   return p;
 }
 
-void os_unmap_file(void *p, size_t size) { munmap(p, size); }
+void os_unmap_file(void *p, size_t size) {
+  munmap(p, size);
+}
 
 uint64_t os_random(void) {
   uint64_t r = 0;

@@ -10,7 +10,7 @@
 #define OS_PAGE ((size_t)1 << OS_PAGE_SHIFT)
 
 void os_init(void);
-void *os_map(size_t size);                     /* zeroed, page aligned; NULL on failure */
+void *os_map(size_t size);                       /* zeroed, page aligned; NULL on failure */
 void *os_map_aligned(size_t size, size_t align); /* align: a power of two >= OS_PAGE */
 void os_unmap(void *p, size_t size);
 void os_purge(void *p, size_t size); /* contents become zero, pages go back to the kernel */
@@ -26,8 +26,6 @@ int os_open_write(const char *path); /* O_CREAT|O_TRUNC|O_CLOEXEC, mode 0644; -1
 void os_close(int fd);
 int os_getpid(void);
 size_t os_rss_bytes(void);
-
-
 
 /* A read-only private mapping of a whole file (for symbolising); NULL on failure. */
 void *os_map_file(const char *path, size_t *size);

@@ -33,24 +33,29 @@ typedef struct rbuf {
 } rbuf_t;
 
 static void rb_str(rbuf_t *b, const char *s) {
-  while (*s && b->len < sizeof b->text - 1) b->text[b->len++] = *s++;
+  while (*s && b->len < sizeof b->text - 1)
+    b->text[b->len++] = *s++;
 }
 
 static void rb_hex(rbuf_t *b, uintptr_t v) {
   char tmp[20];
   int n = 0;
-  do tmp[n++] = "0123456789abcdef"[v & 15];
+  do
+    tmp[n++] = "0123456789abcdef"[v & 15];
   while ((v >>= 4) != 0);
   rb_str(b, "0x");
-  while (n > 0 && b->len < sizeof b->text - 1) b->text[b->len++] = tmp[--n];
+  while (n > 0 && b->len < sizeof b->text - 1)
+    b->text[b->len++] = tmp[--n];
 }
 
 static void rb_dec(rbuf_t *b, size_t v) {
   char tmp[24];
   int n = 0;
-  do tmp[n++] = (char)('0' + v % 10);
+  do
+    tmp[n++] = (char)('0' + v % 10);
   while ((v /= 10) != 0);
-  while (n > 0 && b->len < sizeof b->text - 1) b->text[b->len++] = tmp[--n];
+  while (n > 0 && b->len < sizeof b->text - 1)
+    b->text[b->len++] = tmp[--n];
 }
 
 static void rb_flush(rbuf_t *b) {
@@ -89,7 +94,8 @@ static const char *elf_symbol(const char *path, uintptr_t bias, uintptr_t ip, ui
     for (unsigned i = 0; i < eh->e_shnum; i++) {
       if (sh[i].sh_type != want || sh[i].sh_link >= eh->e_shnum) continue;
       const Elf64_Shdr *strs = &sh[sh[i].sh_link];
-      if (sh[i].sh_offset + sh[i].sh_size > *map_size || strs->sh_offset + strs->sh_size > *map_size)
+      if (sh[i].sh_offset + sh[i].sh_size > *map_size ||
+          strs->sh_offset + strs->sh_size > *map_size)
         continue;
       const Elf64_Sym *sym = (const Elf64_Sym *)((const char *)*map + sh[i].sh_offset);
       size_t count = sh[i].sh_size / sizeof *sym;
@@ -154,7 +160,8 @@ static void report_stack(rbuf_t *b) {
   }
   if (first == t.n) first = 0; /* magpie linked statically: show everything */
   rb_str(b, "  stack of the call:\n");
-  for (int i = first; i < t.n; i++) report_frame(b, i - first, t.ip[i]);
+  for (int i = first; i < t.n; i++)
+    report_frame(b, i - first, t.ip[i]);
 }
 
 void report_heap_error(const char *kind, const void *addr, const char *detail) {

@@ -8,8 +8,7 @@
 __attribute__((noreturn, cold)) void report_heap_error(const char *kind, const void *addr,
                                                        const char *detail);
 /* magpie itself cannot go on (the kernel refused, an internal invariant broke). */
-__attribute__((noreturn, cold)) void report_fatal(const char *what, const void *addr,
-                                                  size_t value);
+__attribute__((noreturn, cold)) void report_fatal(const char *what, const void *addr, size_t value);
 /* One line on stderr: "magpie: <what><name>\n". */
 void report_warning(const char *what, const char *name);
 

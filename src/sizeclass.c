@@ -8,8 +8,9 @@
  *      multiple of 16, so every object is 16-byte aligned, and power-of-two classes are
  *      naturally aligned to their size (their spans are aligned to at least the object size).
  *   2. Each class gets the smallest power-of-two slab span from 64 KiB to 512 KiB that holds at
- *      least 8 objects with at most 1/16 of the span left over; the table is in docs/sizeclasses.md.
- *      (Object caches of larger objects get larger spans, still of at least 8 objects.)
+ *      least 8 objects with at most 1/16 of the span left over; the table is in
+ * docs/sizeclasses.md. (Object caches of larger objects get larger spans, still of at least 8
+ * objects.)
  *   3. The tables are filled once by sc_init, before the first request is served, then only read.
  *      Until then sc_lookup is zero (class 0), whose magazines are empty: the fast path falls
  *      into the slow path, which initialises.
@@ -17,8 +18,8 @@
 #include "sizeclass.h"
 
 #define SC_SPAN_MIN ((size_t)64 << 10)
-#define SC_OBJECTS_MIN 8  /* fewer objects per span make slab churn cost more than it saves */
-#define SC_WASTE_SHIFT 4  /* at most span >> 4 bytes of a span may be left over */
+#define SC_OBJECTS_MIN 8 /* fewer objects per span make slab churn cost more than it saves */
+#define SC_WASTE_SHIFT 4 /* at most span >> 4 bytes of a span may be left over */
 
 sc_info_t sc_info[SC_COUNT + 1];
 uint8_t sc_lookup[SC_LOOKUP_MAX / 16 + 1];
@@ -33,9 +34,11 @@ size_t sc_span_for(size_t size) {
 
 void sc_init(void) {
   unsigned c = 1;
-  for (uint32_t size = 16; size <= 128; size += 16) sc_info[c++].size = size;
+  for (uint32_t size = 16; size <= 128; size += 16)
+    sc_info[c++].size = size;
   for (uint32_t base = 128; base < SC_SMALL_MAX; base *= 2)
-    for (uint32_t j = 1; j <= 8; j++) sc_info[c++].size = base + j * (base / 8);
+    for (uint32_t j = 1; j <= 8; j++)
+      sc_info[c++].size = base + j * (base / 8);
   for (c = 1; c <= SC_COUNT; c++) {
     sc_info[c].span_mask = (uint32_t)(sc_span_for(sc_info[c].size) - 1);
     sc_info[c].div_magic = UINT64_MAX / sc_info[c].size + 1;
@@ -43,7 +46,8 @@ void sc_init(void) {
   for (size_t i = 0; i <= SC_LOOKUP_MAX / 16; i++) {
     size_t request = i == 0 ? 1 : i * 16;
     unsigned k = 1;
-    while (sc_info[k].size < request) k++;
+    while (sc_info[k].size < request)
+      k++;
     sc_lookup[i] = (uint8_t)k;
   }
 }

@@ -144,7 +144,8 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n) {
 
 void slab_free(cache_t *cp, void **objs, unsigned n) {
   if (cp->dtor)
-    for (unsigned i = 0; i < n; i++) cp->dtor(objs[i], cp->arg);
+    for (unsigned i = 0; i < n; i++)
+      cp->dtor(objs[i], cp->arg);
   slab_return(cp, objs, n);
 }
 

@@ -6,13 +6,13 @@
 #include "vmem.h"
 
 struct slab {
-  slab_t *next, *prev;   /* on cache->partial (slab_lock) */
-  uintptr_t base;        /* the span's first byte; object i is at base + i * size */
+  slab_t *next, *prev; /* on cache->partial (slab_lock) */
+  uintptr_t base;      /* the span's first byte; object i is at base + i * size */
   cache_t *cache;
-  void *free;            /* returned objects, linked through their second word */
-  uint32_t used;         /* objects out of the slab */
-  uint32_t carved;       /* objects [0, carved) have been handed out at least once */
-  bool listed;           /* on cache->partial */
+  void *free;      /* returned objects, linked through their second word */
+  uint32_t used;   /* objects out of the slab */
+  uint32_t carved; /* objects [0, carved) have been handed out at least once */
+  bool listed;     /* on cache->partial */
 };
 
 extern vmem_t heap_arena; /* where spans and large blocks come from */

@@ -91,11 +91,14 @@ static void out_str(out_t *o, const char *s) {
 static void out_num(out_t *o, uint64_t v, int width) {
   char tmp[24];
   int n = 0;
-  do tmp[n++] = (char)('0' + v % 10);
+  do
+    tmp[n++] = (char)('0' + v % 10);
   while ((v /= 10) != 0);
-  for (int pad = width - n; pad > 0; pad--) out_str(o, " ");
+  for (int pad = width - n; pad > 0; pad--)
+    out_str(o, " ");
   char s[24];
-  for (int i = 0; i < n; i++) s[i] = tmp[n - 1 - i];
+  for (int i = 0; i < n; i++)
+    s[i] = tmp[n - 1 - i];
   s[n] = '\0';
   out_str(o, s);
 }
@@ -109,7 +112,8 @@ static void out_field(out_t *o, const char *key, uint64_t v, bool json) {
   } else {
     out_str(o, "  ");
     out_str(o, key);
-    for (size_t pad = strlen(key); pad < 20; pad++) out_str(o, " ");
+    for (size_t pad = strlen(key); pad < 20; pad++)
+      out_str(o, " ");
     out_num(o, v, 16);
     out_str(o, "\n");
   }
@@ -158,7 +162,8 @@ void stats_write(int fd, int format) {
   out_field(&o, "threads_total", s.threads_ever, json);
   out_field(&o, "cpus", os_cpu_count(), json);
   out_field(&o, "rseq", os_rseq_available(), json);
-  out_str(&o, json ? ",\"classes\":[" : "  class     size       allocs        frees   slabs  depot mag\n");
+  out_str(&o, json ? ",\"classes\":["
+                   : "  class     size       allocs        frees   slabs  depot mag\n");
   bool first = true;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
     cache_figures_t f;
@@ -219,8 +224,10 @@ void stats_at_exit(void) {
       if (s[0] == '%' && s[1] == 'p') {
         char digits[12];
         int k = 0;
-        for (unsigned pid = (unsigned)os_getpid(); pid || k == 0; pid /= 10) digits[k++] = (char)('0' + pid % 10);
-        while (k > 0) path[n++] = digits[--k];
+        for (unsigned pid = (unsigned)os_getpid(); pid || k == 0; pid /= 10)
+          digits[k++] = (char)('0' + pid % 10);
+        while (k > 0)
+          path[n++] = digits[--k];
         s++;
       } else {
         path[n++] = *s;

@@ -36,12 +36,14 @@
 #define VMEM_SPAN 1
 #define VMEM_FREE 2
 #define VMEM_ALLOC 3
-#define VMEM_HASH_MIN 256  /* initial buckets; the table grows 4x when fuller than one per bucket */
+#define VMEM_HASH_MIN 256  /* initial buckets; grows 4x past one segment per bucket */
 #define VMEM_SEARCH_MAX 16 /* segments examined by a bounded search */
 
 static meta_pool_t vmem_seg_pool = META_POOL(sizeof(vmem_seg_t));
 
-static unsigned vmem_log2(size_t v) { return 63u - (unsigned)__builtin_clzl(v); }
+static unsigned vmem_log2(size_t v) {
+  return 63u - (unsigned)__builtin_clzl(v);
+}
 
 void vmem_init(vmem_t *vm, const char *name, size_t quantum, vmem_import_t *import,
                vmem_release_t *release, void *source, size_t import_min, size_t import_align) {
@@ -70,8 +72,10 @@ static void free_insert(vmem_t *vm, vmem_seg_t *s) {
 
 static void free_remove(vmem_t *vm, vmem_seg_t *s) {
   unsigned i = vmem_log2(s->size);
-  if (s->lprev) s->lprev->lnext = s->lnext;
-  else vm->free_list[i] = s->lnext;
+  if (s->lprev)
+    s->lprev->lnext = s->lnext;
+  else
+    vm->free_list[i] = s->lnext;
   if (s->lnext) s->lnext->lprev = s->lprev;
   if (!vm->free_list[i]) vm->free_map &= ~((uint64_t)1 << i);
 }
@@ -109,13 +113,15 @@ static void hash_insert(vmem_t *vm, vmem_seg_t *s) {
 
 static vmem_seg_t *hash_find(vmem_t *vm, uintptr_t start) {
   vmem_seg_t *s = vm->hash ? vm->hash[hash_index(vm, start)] : NULL;
-  while (s && s->start != start) s = s->lnext;
+  while (s && s->start != start)
+    s = s->lnext;
   return s;
 }
 
 static void hash_remove(vmem_t *vm, vmem_seg_t *s) {
   vmem_seg_t **link = &vm->hash[hash_index(vm, s->start)];
-  while (*link != s) link = &(*link)->lnext;
+  while (*link != s)
+    link = &(*link)->lnext;
   *link = s->lnext;
   vm->hash_count--;
 }
@@ -403,7 +409,8 @@ void vmem_check(vmem_t *vm) {
     if (s->type == VMEM_FREE) {
       free_count++;
       if (!s->clean) dirty += s->size;
-      if (s->anext->type == VMEM_FREE) report_fatal("vmem: adjacent free segments", (void *)s->start, 0);
+      if (s->anext->type == VMEM_FREE)
+        report_fatal("vmem: adjacent free segments", (void *)s->start, 0);
     }
   }
   for (unsigned i = 0; i < VMEM_LISTS; i++) {
@@ -413,7 +420,8 @@ void vmem_check(vmem_t *vm) {
       if (s->type != VMEM_FREE || vmem_log2(s->size) != i)
         report_fatal("vmem: segment on the wrong free list", (void *)s->start, i);
   }
-  if (imported != vm->imported || in_use != vm->in_use || dirty != vm->dirty || listed != free_count)
+  if (imported != vm->imported || in_use != vm->in_use || dirty != vm->dirty ||
+      listed != free_count)
     report_fatal("vmem: accounting disagrees with the segments", NULL, imported);
   lock_release(&vm->lock);
 }

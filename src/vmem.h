@@ -7,10 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define VMEM_LISTS 64      /* free list i holds free segments of [2^i, 2^(i+1)) bytes */
-#define VMEM_QCACHE_MAX 32 /* quantum caches serve 1..32 quanta */
+#define VMEM_LISTS 64       /* free list i holds free segments of [2^i, 2^(i+1)) bytes */
+#define VMEM_QCACHE_MAX 32  /* quantum caches serve 1..32 quanta */
 #define VMEM_QCACHE_DEPTH 4 /* segments each quantum cache may hold */
-#define VMEM_OWN 0x1       /* vmem_alloc flag: a span of its own, given back to the parent on free */
+#define VMEM_OWN 0x1 /* vmem_alloc flag: a span of its own, given back to the parent on free */
 
 typedef void *vmem_import_t(void *source, size_t size, size_t align);
 typedef void vmem_release_t(void *source, void *addr, size_t size);
@@ -28,24 +28,24 @@ struct vmem_seg {
 
 typedef struct vmem {
   const char *name;
-  lock_t lock;               /* protects everything below */
-  size_t quantum;            /* allocation unit, a power of two */
-  size_t import_min;         /* smallest import from the parent */
-  size_t import_align;       /* alignment of every import */
-  size_t retain;             /* free bytes kept mapped when a span empties */
+  lock_t lock;         /* protects everything below */
+  size_t quantum;      /* allocation unit, a power of two */
+  size_t import_min;   /* smallest import from the parent */
+  size_t import_align; /* alignment of every import */
+  size_t retain;       /* free bytes kept mapped when a span empties */
   vmem_import_t *import;
   vmem_release_t *release;
   void *source;
-  vmem_seg_t segs;           /* sentinel of the address-ordered segment list */
+  vmem_seg_t segs; /* sentinel of the address-ordered segment list */
   vmem_seg_t *free_list[VMEM_LISTS];
-  uint64_t free_map;         /* bit i set iff free_list[i] is not empty */
-  vmem_seg_t **hash;         /* ALLOC segments by start address */
+  uint64_t free_map; /* bit i set iff free_list[i] is not empty */
+  vmem_seg_t **hash; /* ALLOC segments by start address */
   size_t hash_size, hash_count;
   void *qcache[VMEM_QCACHE_MAX + 1][VMEM_QCACHE_DEPTH];
   uint8_t qcache_n[VMEM_QCACHE_MAX + 1];
-  size_t imported;           /* bytes in spans */
-  size_t in_use;             /* bytes in ALLOC segments (quantum caches included) */
-  size_t dirty;              /* bytes in FREE segments that may hold data (not purged) */
+  size_t imported; /* bytes in spans */
+  size_t in_use;   /* bytes in ALLOC segments (quantum caches included) */
+  size_t dirty;    /* bytes in FREE segments that may hold data (not purged) */
 } vmem_t;
 
 void vmem_init(vmem_t *vm, const char *name, size_t quantum, vmem_import_t *import,

@@ -77,7 +77,8 @@ int main(void) {
   }
   UCHECK(total_slabs() > 0);
   magpie_trim();
-  for (unsigned c = 1; c <= SC_COUNT; c++) slab_check(&malloc_caches[c]);
+  for (unsigned c = 1; c <= SC_COUNT; c++)
+    slab_check(&malloc_caches[c]);
   UCHECK(total_slabs() == 0 && heap_arena.in_use == 0);
 
   /* 2. producer/consumer: the consumer's magazines go to the depot when it exits */
@@ -103,7 +104,8 @@ int main(void) {
   magpie_cache_free((magpie_cache_t *)cp, objs[999]);
   void *again = magpie_cache_alloc((magpie_cache_t *)cp, MAGPIE_DEFAULT);
   UCHECK(again == objs[999] && ((uint64_t *)again)[1] == 7); /* LIFO, state kept */
-  for (int i = 0; i < 1000; i++) magpie_cache_free((magpie_cache_t *)cp, objs[i]);
+  for (int i = 0; i < 1000; i++)
+    magpie_cache_free((magpie_cache_t *)cp, objs[i]);
   UCHECK(dtor_calls == 0); /* freed objects stay constructed in the magazines */
   mag_cache_drain(cp);     /* this thread's magazines to the depot */
   uint32_t held = cp->depot.nfull;

@@ -8,7 +8,8 @@ int main(void) {
   uintptr_t start = leaf_edge - 4 * OS_PAGE;
   UCHECK(pagemap_get(start) == 0);
   UCHECK(pagemap_set(start, 8 * OS_PAGE, 0x1280 | 5));
-  for (uintptr_t a = start; a < start + 8 * OS_PAGE; a += 512) UCHECK(pagemap_get(a) == (0x1280 | 5));
+  for (uintptr_t a = start; a < start + 8 * OS_PAGE; a += 512)
+    UCHECK(pagemap_get(a) == (0x1280 | 5));
   UCHECK(pagemap_get(start - 1) == 0);
   UCHECK(pagemap_get(start + 8 * OS_PAGE) == 0);
   UCHECK(pagemap_set(start + OS_PAGE, OS_PAGE, 0));

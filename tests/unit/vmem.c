@@ -17,7 +17,10 @@
 
 typedef struct fake_parent {
   uintptr_t base, bump;
-  struct { uintptr_t start; size_t size; } spans[SPANS_MAX];
+  struct {
+    uintptr_t start;
+    size_t size;
+  } spans[SPANS_MAX];
   int nspans;
   size_t imported, released;
 } fake_parent_t;
@@ -36,7 +39,8 @@ static void *fake_import(void *source, size_t size, size_t align) {
 static void fake_release(void *source, void *addr, size_t size) {
   fake_parent_t *f = source;
   int i = 0;
-  while (i < f->nspans && f->spans[i].start != (uintptr_t)addr) i++;
+  while (i < f->nspans && f->spans[i].start != (uintptr_t)addr)
+    i++;
   UCHECK(i < f->nspans && f->spans[i].size == size); /* only whole imported spans come back */
   f->spans[i] = f->spans[--f->nspans];
   f->released += size;
@@ -55,11 +59,13 @@ static void stamp(block_t *b) {
 
 int main(void) {
   static fake_parent_t parent;
-  void *region = mmap(NULL, REGION, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void *region = mmap(NULL, REGION, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   UCHECK(region != MAP_FAILED);
   parent.base = parent.bump = (uintptr_t)region;
   static vmem_t vm;
-  vmem_init(&vm, "test", OS_PAGE, fake_import, fake_release, &parent, (size_t)1 << 20, (size_t)64 << 10);
+  vmem_init(&vm, "test", OS_PAGE, fake_import, fake_release, &parent, (size_t)1 << 20,
+            (size_t)64 << 10);
   vm.retain = (size_t)2 << 20;
 
   static block_t live[LIVE_MAX];
