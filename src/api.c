@@ -29,7 +29,12 @@ void *malloc_slow(size_t size) {
 }
 
 __attribute__((noreturn)) static void bad_pointer(const char *what, void *p, uintptr_t e) {
-  uintptr_t tag = e & PM_TAG_MASK;
+  uintptr_t tag = e & PM_TAG_MASK, freed = (uintptr_t)p ^ mag_secret;
+  uintptr_t freed_tag = pagemap_get(freed) & PM_TAG_MASK;
+  if (tag == 0 && freed_tag >= 1 && freed_tag <= SC_COUNT && *(uintptr_t *)freed == (uintptr_t)p)
+    report_heap_error(what, p,
+                      "this value is the free marker of a freed block: the pointer was read "
+                      "from freed memory (use after free, e.g. a double delete)");
   report_heap_error(what, p,
                     tag == PM_TAG_CACHE   ? "an object of a magpie_cache: use magpie_cache_free"
                     : tag == PM_TAG_LARGE ? "interior pointer into a large block"
