@@ -1,0 +1,228 @@
+/*
+ * large: big blocks: realloc growth, large-block churn, and calloc of large zeroed blocks.
+ *
+ * Three modes (-m), each a separate row in the runner's table:
+ *   realloc  each thread builds, per round, a string of -n MiB by appending chunks of 1..4096
+ *            bytes with realloc to the exact new length (naive C string building), and a vector
+ *            of -n MiB whose capacity grows by half each time (std::vector-like), with a small
+ *            malloc/free between appends so that the block being grown is not always the last
+ *            one. Allocators that can grow a block in place (or remap it) avoid copying; the others
+ *            pay a copy per realloc. Every byte of both is checked at the end of the round.
+ *   churn    each thread keeps LARGE_SLOTS blocks of log-uniform 64 KiB..64 MiB and replaces a
+ *            random one -i times (split between threads), writing one word in every page of each
+ *            new block. This is where allocators differ in caching freed large blocks, returning
+ *            them to the OS (munmap/madvise) and the page faults that follow.
+ *   calloc   each thread callocs blocks of log-uniform 256 KiB..32 MiB, checks that they are zero
+ *            (a word in each page, at a varying offset, and the first and last bytes), dirties
+ *            them, and frees them; an allocator that reuses dirty memory must zero it, one that
+ *            takes fresh pages from the kernel need not.
+ *
+ *   large -m realloc|churn|calloc [-t threads] [-i rounds/ops] [-n MiB] [-s seed]
+ */
+#include "bench.h"
+
+#include <stdint.h>
+
+#define PAGE 4096
+#define LARGE_SLOTS 4
+#define CHURN_MIN (64u * 1024)
+#define CHURN_MAX (64u * 1024 * 1024)
+#define CALLOC_MIN (256u * 1024)
+#define CALLOC_MAX (32u * 1024 * 1024)
+#define APPEND_MAX 4096 /* largest string append */
+#define SIDE_SLOTS 64   /* small blocks allocated between appends */
+
+static const char usage[] =
+    "large: realloc growth to many MiB, 64 KiB..64 MiB block churn, large calloc\n"
+    "  -m realloc|churn|calloc (default realloc)   -t threads (default 2)\n"
+    "  -i realloc: rounds per thread (default 2); churn, calloc: total blocks (default 400)\n"
+    "  -n realloc: MiB per string and vector (default 8)   -s seed\n";
+
+typedef struct {
+  int mode;
+  long count;
+  size_t target;
+  uint64_t seed;
+  double bytes; /* bytes allocated, for the rate */
+  char pad[BENCH_LINE];
+} job_t;
+
+enum { M_REALLOC, M_CHURN, M_CALLOC };
+
+/* The byte at position i of a grown string or vector. */
+static inline unsigned char grow_byte(size_t i, uint64_t seed) {
+  return (unsigned char)((i * 131u + (i >> 12) * 7u + seed) & 0xff);
+}
+
+static void check_grown(const unsigned char *s, size_t len, uint64_t seed, const char *what) {
+  for (size_t i = 0; i < len; i++)
+    if (s[i] != grow_byte(i, seed))
+      bench_fail("large realloc: %s byte %zu of %zu is %u, expected %u", what, i, len, s[i],
+                 grow_byte(i, seed));
+}
+
+static void do_realloc(job_t *j, bench_rng_t *r) {
+  void *side[SIDE_SLOTS] = {0};
+  for (long round = 0; round < j->count; round++) {
+    uint64_t seed = j->seed + (uint64_t)round;
+    /* A string grown to exactly its length at each append. */
+    size_t len = 0;
+    unsigned char *s = NULL;
+    while (len < j->target) {
+      size_t add = bench_range(r, 1, APPEND_MAX);
+      unsigned char *ns = realloc(s, len + add);
+      if (ns == NULL) bench_die("realloc(%zu) returned NULL", len + add);
+      s = ns;
+      for (size_t i = 0; i < add; i++)
+        s[len + i] = grow_byte(len + i, seed);
+      len += add;
+      size_t k = (size_t)bench_below(r, SIDE_SLOTS);
+      free(side[k]);
+      side[k] = bench_xmalloc(bench_logsize(r, 16, 512));
+    }
+    check_grown(s, len, seed, "string");
+    j->bytes += (double)len;
+    free(s);
+    /* A vector of 8-byte elements whose capacity grows by half. */
+    size_t cap = 4, n = 0, want = j->target / 8;
+    uint64_t *v = bench_xmalloc(cap * sizeof(*v));
+    while (n < want) {
+      if (n == cap) {
+        cap += cap / 2;
+        uint64_t *nv = realloc(v, cap * sizeof(*v));
+        if (nv == NULL) bench_die("realloc(%zu) returned NULL", cap * sizeof(*v));
+        v = nv;
+        size_t k = (size_t)bench_below(r, SIDE_SLOTS);
+        free(side[k]);
+        side[k] = bench_xmalloc(bench_logsize(r, 16, 512));
+      }
+      v[n] = n * 0x9e3779b97f4a7c15ull + seed;
+      n++;
+    }
+    for (size_t i = 0; i < n; i++)
+      if (v[i] != i * 0x9e3779b97f4a7c15ull + seed)
+        bench_fail("large realloc: vector element %zu of %zu is wrong", i, n);
+    j->bytes += (double)(n * 8);
+    free(v);
+  }
+  for (int k = 0; k < SIDE_SLOTS; k++)
+    free(side[k]);
+}
+
+static void touch_pages(unsigned char *p, size_t size, uint64_t tag) {
+  for (size_t off = 0; off + 9 <= size; off += PAGE)
+    memcpy(p + off, &tag, 8); /* not the last byte */
+  bench_fill(p, size, tag);
+}
+
+static void check_pages(const unsigned char *p, size_t size, uint64_t tag) {
+  bench_check(p, size, tag, "large churn");
+  for (size_t off = PAGE; off + 9 <= size; off += PAGE) {
+    uint64_t got;
+    memcpy(&got, p + off, 8);
+    if (got != tag) bench_fail("large churn: page at offset %zu of %zu lost its tag", off, size);
+  }
+}
+
+static void do_churn(job_t *j, bench_rng_t *r) {
+  unsigned char *slot[LARGE_SLOTS] = {0};
+  size_t size[LARGE_SLOTS] = {0};
+  uint64_t tag[LARGE_SLOTS] = {0};
+  for (long k = 0; k < j->count; k++) {
+    int i = (int)bench_below(r, LARGE_SLOTS);
+    if (slot[i] != NULL) {
+      check_pages(slot[i], size[i], tag[i]);
+      free(slot[i]);
+    }
+    size[i] = bench_logsize(r, CHURN_MIN, CHURN_MAX);
+    tag[i] = bench_rand(r);
+    slot[i] = bench_xmalloc(size[i]);
+    touch_pages(slot[i], size[i], tag[i]);
+    j->bytes += (double)size[i];
+  }
+  for (int i = 0; i < LARGE_SLOTS; i++)
+    if (slot[i] != NULL) {
+      check_pages(slot[i], size[i], tag[i]);
+      free(slot[i]);
+    }
+}
+
+static void do_calloc(job_t *j, bench_rng_t *r) {
+  for (long k = 0; k < j->count; k++) {
+    size_t total = bench_logsize(r, CALLOC_MIN, CALLOC_MAX);
+    size_t elem = (size_t)1 << bench_below(r, 5); /* 1..16-byte elements */
+    size_t n = total / elem;
+    total = n * elem;
+    unsigned char *p = calloc(n, elem);
+    if (p == NULL) bench_die("calloc(%zu, %zu) returned NULL", n, elem);
+    if (p[0] != 0 || p[total - 1] != 0) bench_fail("large calloc: block of %zu not zeroed", total);
+    for (size_t off = 0, pg = 0; off < total; off += PAGE, pg++) {
+      size_t at = off + ((pg * 7 * 64 + (size_t)k * 8) & (PAGE - 8));
+      if (at + 8 > total) break;
+      uint64_t w;
+      memcpy(&w, p + at, 8);
+      if (w != 0) bench_fail("large calloc: word at %zu of %zu-byte block is not zero", at, total);
+      memset(p + at, 0xa5, 8); /* dirty it, so that reuse without zeroing is caught */
+    }
+    p[0] = p[total - 1] = 0xa5;
+    j->bytes += (double)total;
+    free(p);
+  }
+}
+
+static void *worker(void *arg) {
+  job_t *j = arg;
+  bench_rng_t r;
+  bench_rng_init(&r, j->seed, 7);
+  if (j->mode == M_REALLOC)
+    do_realloc(j, &r);
+  else if (j->mode == M_CHURN)
+    do_churn(j, &r);
+  else
+    do_calloc(j, &r);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  bench_args_t a = {.threads = 2, .iters = 0, .seed = 1, .mode = "realloc", .n = 8};
+  bench_parse(argc, argv, &a, usage);
+  int mode;
+  if (strcmp(a.mode, "realloc") == 0)
+    mode = M_REALLOC;
+  else if (strcmp(a.mode, "churn") == 0)
+    mode = M_CHURN;
+  else if (strcmp(a.mode, "calloc") == 0)
+    mode = M_CALLOC;
+  else
+    bench_die("unknown mode %s (realloc, churn or calloc)", a.mode);
+  if (a.iters == 0) a.iters = mode == M_REALLOC ? 2 : 400; /* -i 0: the mode's default */
+  if (a.n < 1) bench_die("-n must be >= 1");
+
+  /* calloc must refuse a product that overflows, whatever the allocator. */
+  volatile size_t huge = SIZE_MAX / 2; /* volatile: keep the compiler from flagging it */
+  void *bad = calloc(huge, 4);
+  if (bad != NULL) bench_fail("calloc(SIZE_MAX/2, 4) did not fail");
+
+  int t = a.threads;
+  job_t *jobs = calloc((size_t)t, sizeof(*jobs));
+  pthread_t *tids = calloc((size_t)t, sizeof(pthread_t));
+  if (jobs == NULL || tids == NULL) bench_die("out of memory");
+  for (int i = 0; i < t; i++) {
+    jobs[i].mode = mode;
+    jobs[i].count = mode == M_REALLOC ? a.iters : a.iters / t + (i < a.iters % t);
+    jobs[i].target = (size_t)a.n * 1024 * 1024;
+    jobs[i].seed = a.seed * 1000003u + (uint64_t)i;
+  }
+  double t0 = bench_now();
+  bench_spawn(tids, t, worker, jobs, sizeof(*jobs), 0);
+  bench_join(tids, t);
+  double secs = bench_now() - t0;
+  double bytes = 0;
+  for (int i = 0; i < t; i++)
+    bytes += jobs[i].bytes;
+  printf("RESULT large time=%.4f mode=%s threads=%d gib=%.2f gib_per_s=%.2f\n", secs, a.mode, t,
+         bytes / (1 << 30), bytes / (1 << 30) / secs);
+  free(jobs);
+  free(tids);
+  return 0;
+}

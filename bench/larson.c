@@ -1,0 +1,145 @@
+/*
+ * larson: a multi-threaded server in the manner of the Larson & Krishnan benchmark (1998).
+ *
+ * Models a server whose worker threads each keep a set of live objects of random sizes and
+ * replace them at random, pass some objects to other workers, and are themselves replaced from
+ * time to time (a thread pool that retires threads):
+ *   - each of T threads owns S slots (-n) holding live blocks of log-uniform size 8..2048;
+ *   - one operation frees the block in a random slot and allocates a new one; one operation in
+ *     HANDOFF_ONE_IN also swaps the new block through a shared mailbox array, so the slot receives
+ *     a block that another thread allocated (and will free it: a cross-thread free);
+ *   - the run is ROUNDS rounds: at the end of each, all threads exit and T new threads take over
+ *     their slot arrays, rotated by one, so every block is eventually freed by a thread other than
+ *     the one that allocated it, and thread-exit paths of the allocator are exercised.
+ * -i is the total number of operations, shared equally by the threads of all rounds, so the time
+ * at 2, 8 or 32 threads is for the same amount of work.
+ * Each block carries its size and a salt in its first word and a derived byte in its last byte;
+ * every block is checked before it is freed, whichever thread frees it.
+ *
+ *   larson [-t threads] [-i ops] [-n slots per thread] [-s seed]
+ */
+#include "bench.h"
+
+#include <stdatomic.h>
+
+#define SIZE_MIN 8
+#define SIZE_MAX_ 2048
+#define ROUNDS 8          /* thread generations */
+#define HANDOFF_ONE_IN 16 /* one operation in this many passes its block through a mailbox */
+#define BOXES_PER_THREAD 4
+
+static const char usage[] =
+    "larson: threads replace random-size blocks, hand blocks to each other, and are replaced\n"
+    "  -t threads (default 2)   -i total operations (default 4000000)\n"
+    "  -n slots per thread (default 1000)   -s seed\n";
+
+typedef struct {
+  void **slots;  /* this worker's live blocks; inherited by its successor */
+  long nslots;   /* entries in slots */
+  long ops;      /* operations to do this round */
+  uint64_t seed; /* for this worker in this round */
+  int first;     /* 1: the slots are empty and must be filled first */
+  char pad[BENCH_LINE];
+} worker_t;
+
+static _Atomic(void *) *boxes;
+static long nboxes;
+
+static void *make_block(bench_rng_t *r) {
+  size_t sz = bench_logsize(r, SIZE_MIN, SIZE_MAX_);
+  void *b = malloc(sz);
+  if (b == NULL) bench_die("malloc(%zu) returned NULL", sz);
+  bench_fill(b, sz, (bench_rand(r) << 32) | sz);
+  return b;
+}
+
+/* Checks a block whose size is known only from its own first word. */
+static void check_block(void *b) {
+  uint64_t tag;
+  memcpy(&tag, b, sizeof(tag));
+  size_t sz = (size_t)(tag & 0xffffffffu);
+  if (sz < SIZE_MIN || sz > SIZE_MAX_)
+    bench_fail("larson: block %p holds tag %#llx (size field out of range)", b,
+               (unsigned long long)tag);
+  bench_check(b, sz, tag, "larson");
+}
+
+static void *worker(void *arg) {
+  worker_t *w = arg;
+  bench_rng_t r;
+  bench_rng_init(&r, w->seed, 1);
+  if (w->first)
+    for (long i = 0; i < w->nslots; i++)
+      w->slots[i] = make_block(&r);
+  for (long k = 0; k < w->ops; k++) {
+    long i = (long)bench_below(&r, (uint64_t)w->nslots);
+    check_block(w->slots[i]);
+    free(w->slots[i]);
+    void *p = make_block(&r);
+    if (bench_below(&r, HANDOFF_ONE_IN) == 0) {
+      void *q = atomic_exchange_explicit(&boxes[bench_below(&r, (uint64_t)nboxes)], p,
+                                         memory_order_acq_rel);
+      p = q != NULL ? q : make_block(&r);
+    }
+    w->slots[i] = p;
+  }
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  bench_args_t a = {.threads = 2, .iters = 4000000, .seed = 1, .n = 1000};
+  bench_parse(argc, argv, &a, usage);
+  int t = a.threads;
+  if (a.n < 1) bench_die("-n must be >= 1");
+
+  nboxes = (long)t * BOXES_PER_THREAD;
+  boxes = calloc((size_t)nboxes, sizeof(*boxes));
+  worker_t *w = calloc((size_t)t, sizeof(*w));
+  void ***arrays = calloc((size_t)t, sizeof(void **));
+  pthread_t *tids = calloc((size_t)t, sizeof(pthread_t));
+  if (boxes == NULL || w == NULL || arrays == NULL || tids == NULL) bench_die("out of memory");
+  for (int i = 0; i < t; i++)
+    arrays[i] = bench_xmalloc((size_t)a.n * sizeof(void *));
+
+  long per = a.iters / ((long)t * ROUNDS);
+  if (per < 1) per = 1;
+  double t0 = bench_now();
+  for (int round = 0; round < ROUNDS; round++) {
+    for (int i = 0; i < t; i++) {
+      /* Successor i takes the slots that worker i - round (mod t) filled in round 0. */
+      w[i].slots = arrays[(i + round) % t];
+      w[i].nslots = a.n;
+      w[i].ops = per;
+      w[i].seed = a.seed * 1000003u + (uint64_t)round * 7919u + (uint64_t)i;
+      w[i].first = round == 0;
+    }
+    bench_spawn(tids, t, worker, w, sizeof(*w), 0);
+    bench_join(tids, t);
+  }
+  double secs = bench_now() - t0;
+
+  long live = 0;
+  for (int i = 0; i < t; i++) {
+    for (long k = 0; k < a.n; k++) {
+      check_block(arrays[i][k]);
+      free(arrays[i][k]);
+      live++;
+    }
+    free(arrays[i]);
+  }
+  for (long b = 0; b < nboxes; b++) {
+    void *p = atomic_load(&boxes[b]);
+    if (p != NULL) {
+      check_block(p);
+      free(p);
+    }
+  }
+  double ops = (double)per * t * ROUNDS;
+  printf("RESULT larson time=%.4f threads=%d ops=%.0f mops_per_s=%.2f live_blocks=%ld\n", secs, t,
+         ops, ops / secs / 1e6, live);
+  free(boxes);
+  free(w);
+  free(arrays);
+  free(tids);
+  return 0;
+}

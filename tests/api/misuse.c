@@ -1,0 +1,69 @@
+/*
+ * Commits one allocator misuse, named by argv[1], after printing on stdout the address it is
+ * about to pass to free ("misuse: <kind> <address as %p>"). Run by expect_abort, which checks
+ * that the allocator reported it on stderr with that address and aborted.
+ *
+ *   double-free     free(p) twice, p = malloc(24)
+ *   free-stack      free of a stack address
+ *   free-global     free of a global array
+ *   free-interior   free(p + 8), p = malloc(64)
+ *
+ * Reaching the end means the misuse went unnoticed: exit status 3.
+ */
+#include "check.h"
+
+#define UNNOTICED_STATUS 3
+
+static char global_block[256] __attribute__((aligned(64)));
+
+static void announce(const char *kind, const void *addr) {
+  printf("misuse: %s %p\n", kind, addr);
+  fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s double-free|free-stack|free-global|free-interior\n", argv[0]);
+    return 2;
+  }
+  const char *kind = argv[1];
+  /* Some ordinary traffic first, so the allocator is initialised and the heap is not empty. */
+  void *warm[32];
+  for (int i = 0; i < 32; i++)
+    warm[i] = malloc(opaque_size(24 + (size_t)i * 8));
+  for (int i = 0; i < 32; i += 2)
+    free(warm[i]);
+
+  if (strcmp(kind, "double-free") == 0) {
+    void *p = malloc(opaque_size(24));
+    if (p == NULL) return 2;
+    memset(p, 1, 24);
+    announce(kind, p);
+    free(p);
+    free(opaque_ptr(p));
+  } else if (strcmp(kind, "free-stack") == 0) {
+    char stack_block[128] __attribute__((aligned(16)));
+    memset(stack_block, 1, sizeof stack_block);
+    void *p = opaque_ptr(stack_block);
+    announce(kind, p);
+    free(p);
+    stack_block[0] = 2; /* keeps the array alive across the call */
+    opaque_ptr(stack_block);
+  } else if (strcmp(kind, "free-global") == 0) {
+    void *p = opaque_ptr(global_block);
+    announce(kind, p);
+    free(p);
+  } else if (strcmp(kind, "free-interior") == 0) {
+    char *p = malloc(opaque_size(64));
+    if (p == NULL) return 2;
+    memset(p, 1, 64);
+    void *interior = opaque_ptr(p + 8);
+    announce(kind, interior);
+    free(interior);
+  } else {
+    fprintf(stderr, "misuse: unknown kind %s\n", kind);
+    return 2;
+  }
+  fprintf(stderr, "misuse: %s went unnoticed\n", kind);
+  return UNNOTICED_STATUS;
+}
