@@ -10,10 +10,14 @@
  *   3. Alignment: every small class is a multiple of 16 and its slab span is aligned to at
  *      least 64 KiB, so an aligned request up to 32 KiB takes the first class that is a
  *      multiple of the alignment; larger alignments come from the arena's aligned allocation.
+ *   4. Debug mode (debug.h): each slow path first hands the request to debug.c when debug_on;
+ *      the fast path never looks, and in debug mode it always misses.
  *   Names: magpie_* here are the exported magpie API; interpose.c gives them glibc's names.
  */
 #include "api.h"
+#include "debug.h"
 #include "export.h"
+#include "init.h"
 #include "fastpath.h"
 #include "large.h"
 #include "report.h"
@@ -24,8 +28,16 @@
 #include <string.h>
 
 void *malloc_slow(size_t size) {
+  magpie_init(); /* debug_on must be known before the first block */
+  if (debug_on) return debug_alloc(size, 0, DEBUG_MALLOC, false);
   if (size <= SC_SMALL_MAX) return mag_malloc(sc_of(size), size);
   return large_alloc(size, OS_PAGE, false);
+}
+
+void *malloc_slow_kind(size_t size, size_t align, int kind) {
+  magpie_init();
+  if (debug_on) return debug_alloc(size, align, kind, false);
+  return align ? api_memalign(align, size) : malloc_slow(size);
 }
 
 __attribute__((noreturn)) static void bad_pointer(const char *what, void *p, uintptr_t e) {
@@ -43,6 +55,10 @@ __attribute__((noreturn)) static void bad_pointer(const char *what, void *p, uin
 }
 
 void free_slow(void *p) {
+  if (debug_on) {
+    debug_free(p, 0, 0, DEBUG_MALLOC);
+    return;
+  }
   if (!p) return;
   uintptr_t e = pagemap_get((uintptr_t)p), tag = e & PM_TAG_MASK;
   if (tag >= 1 && tag <= SC_COUNT)
@@ -51,6 +67,13 @@ void free_slow(void *p) {
     large_free(p, e);
   else
     bad_pointer("invalid free", p, e);
+}
+
+void free_slow_kind(void *p, size_t size, size_t align, int kind) {
+  if (debug_on)
+    debug_free(p, size, align, kind);
+  else
+    free_slow(p);
 }
 
 /* The usable size of a block magpie handed out; reports anything else. */
@@ -81,6 +104,8 @@ MAGPIE_EXPORT void *magpie_calloc(size_t n, size_t size) {
     errno = ENOMEM;
     return NULL;
   }
+  magpie_init();
+  if (debug_on) return debug_alloc(total, 0, DEBUG_MALLOC, true);
   if (total > SC_SMALL_MAX) return large_alloc(total, OS_PAGE, true);
   void *p = fast_malloc(total);
   if (p) memset(p, 0, total);
@@ -93,6 +118,7 @@ MAGPIE_EXPORT void *magpie_realloc(void *p, size_t size) {
     fast_free(p);
     return NULL;
   }
+  if (debug_on) return debug_realloc(p, size);
   uintptr_t e;
   size_t old = block_size(p, &e, "invalid realloc");
   uintptr_t tag = e & PM_TAG_MASK;
@@ -115,6 +141,8 @@ void *api_reallocarray(void *p, size_t n, size_t size) {
 }
 
 void *api_memalign(size_t align, size_t size) {
+  magpie_init();
+  if (debug_on) return debug_alloc(size, align, DEBUG_MALLOC, false);
   if (align <= 16) return fast_malloc(size);
   if (size <= SC_SMALL_MAX && align <= SC_SMALL_MAX) {
     unsigned c = sc_of(size > align ? size : align);
@@ -156,13 +184,13 @@ void *api_pvalloc(size_t size) {
 }
 
 MAGPIE_EXPORT size_t magpie_usable_size(void *p) {
+  if (debug_on) return debug_usable_size(p);
   uintptr_t e;
   return p ? block_size(p, &e, "malloc_usable_size of an invalid pointer") : 0;
 }
 
-void api_free_sized(void *p, size_t size) {
-  (void)size; /* checked against the block in debug mode only */
-  fast_free(p);
+void api_free_sized(void *p, size_t size, size_t align) {
+  if (!fast_free_try(p)) free_slow_kind(p, size, align, DEBUG_MALLOC); /* debug mode checks */
 }
 
 MAGPIE_EXPORT size_t magpie_trim(void) {

@@ -22,13 +22,17 @@ extern "C" {
 #endif
 void *malloc_slow(size_t size); /* api.c */
 void free_slow(void *p);        /* api.c */
+/* The slow paths of C++ new and delete, which tell debug mode what they are (debug.h). */
+void *malloc_slow_kind(size_t size, size_t align, int kind);
+void free_slow_kind(void *p, size_t size, size_t align, int kind);
 #ifdef __cplusplus
 }
 #endif
 
 #define MP_LIKELY(x) __builtin_expect(!!(x), 1)
 
-static inline void *fast_malloc(size_t size) {
+/* Pops a block, or returns NULL: the caller takes a slow path. */
+static inline void *fast_malloc_try(size_t size) {
   if (MP_LIKELY(size <= SC_LOOKUP_MAX)) {
     unsigned c = sc_lookup[(size + 15) >> 4];
     tcache_t *tc = mag_tls;
@@ -44,10 +48,16 @@ static inline void *fast_malloc(size_t size) {
       return p;
     }
   }
-  return malloc_slow(size);
+  return NULL;
 }
 
-static inline void fast_free(void *p) {
+static inline void *fast_malloc(size_t size) {
+  void *p = fast_malloc_try(size);
+  return MP_LIKELY(p != NULL) ? p : malloc_slow(size);
+}
+
+/* Pushes p onto the thread's magazine, or returns 0: the caller takes a slow path. */
+static inline int fast_free_try(void *p) {
   uintptr_t a = (uintptr_t)p, e = pagemap_get(a);
   unsigned c = (unsigned)(e & PM_TAG_MASK);
   if (MP_LIKELY(c - 1u < SC_COUNT)) {
@@ -62,11 +72,15 @@ static inline void fast_free(void *p) {
         m->rounds[n] = p;
         m->n = n + 1;
         STAT_ADD(tcl->frees, 1);
-        return;
+        return 1;
       }
     }
   }
-  free_slow(p);
+  return 0;
+}
+
+static inline void fast_free(void *p) {
+  if (!fast_free_try(p)) free_slow(p);
 }
 
 #endif

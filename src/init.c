@@ -9,15 +9,18 @@
  *      by a three-state word: other threads wait; a recursive call from the initialising
  *      thread is an internal error, reported.
  *   2. Options: if the first call comes before libc has set environ, the constructor reads
- *      MAGPIE_OPTIONS again once environ exists.
+ *      MAGPIE_OPTIONS again once environ exists. MAGPIE_DEBUG is read at the first call only:
+ *      debug mode must be on before any block is handed out, or never.
  *   3. fork: the prepare handler takes every allocator lock in lock order, so the child
  *      starts with consistent structures; the child re-initialises them (cache.c, mag.c).
  *      The handlers are registered from the constructor, when malloc already works
  *      (pthread_atfork itself allocates).
- *   4. At exit, the destructor writes the statistics report if MAGPIE_OPTIONS asked for one.
+ *   4. At exit, the destructor writes the leak report (MAGPIE_DEBUG) and the statistics report
+ *      if MAGPIE_OPTIONS asked for one.
  */
 #include "init.h"
 #include "cache.h"
+#include "debug.h"
 #include "mag.h"
 #include "options.h"
 #include "os.h"
@@ -62,6 +65,8 @@ void magpie_init(void) {
   os_init();
   init_had_environ = environ != NULL;
   options_init();
+  const char *debug = options_getenv("MAGPIE_DEBUG");
+  if (debug && *debug) debug_init(debug);
   sc_init();
   mag_secret = (uintptr_t)os_random() | 1; /* never 0: a zeroed word must not look freed */
   vmem_init(&heap_arena, "heap", OS_PAGE, heap_import, heap_release, NULL, HEAP_IMPORT,
@@ -84,5 +89,6 @@ __attribute__((constructor)) static void magpie_constructor(void) {
 }
 
 __attribute__((destructor)) static void magpie_destructor(void) {
+  if (debug_on) debug_at_exit();
   stats_at_exit();
 }

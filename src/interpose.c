@@ -48,11 +48,10 @@ MAGPIE_EXPORT size_t malloc_usable_size(void *p) {
   return magpie_usable_size(p);
 }
 MAGPIE_EXPORT void free_sized(void *p, size_t size) {
-  api_free_sized(p, size);
+  api_free_sized(p, size, 0);
 }
 MAGPIE_EXPORT void free_aligned_sized(void *p, size_t align, size_t size) {
-  (void)align;
-  api_free_sized(p, size);
+  api_free_sized(p, size, align);
 }
 MAGPIE_EXPORT int malloc_trim(size_t pad) {
   return api_trim(pad);

@@ -131,12 +131,15 @@ void options_parse(const char *text) {
   }
 }
 
-void options_init(void) {
-  static const char key[] = "MAGPIE_OPTIONS=";
-  if (!environ) return;
+const char *options_getenv(const char *name) {
+  size_t n = strlen(name);
+  if (!environ) return NULL;
   for (char **e = environ; *e; e++)
-    if (strncmp(*e, key, sizeof key - 1) == 0) {
-      options_parse(*e + sizeof key - 1);
-      return;
-    }
+    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
+  return NULL;
+}
+
+void options_init(void) {
+  const char *value = options_getenv("MAGPIE_OPTIONS");
+  if (value) options_parse(value);
 }

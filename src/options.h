@@ -23,5 +23,7 @@ extern options_t opt;
 void options_parse(const char *text);
 /* Parses MAGPIE_OPTIONS from the environment (environ; getenv may not be usable yet). */
 void options_init(void);
+/* The value of environment variable name, read from environ without allocating; NULL if unset. */
+const char *options_getenv(const char *name);
 
 #endif

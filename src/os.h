@@ -14,6 +14,8 @@ void *os_map(size_t size);                       /* zeroed, page aligned; NULL o
 void *os_map_aligned(size_t size, size_t align); /* align: a power of two >= OS_PAGE */
 void os_unmap(void *p, size_t size);
 void os_purge(void *p, size_t size); /* contents become zero, pages go back to the kernel */
+/* Makes pages readable and writable, or inaccessible (guard pages); false on failure. */
+bool os_protect(void *p, size_t size, bool accessible);
 size_t os_mapped_bytes(void);
 size_t os_mapped_peak(void);
 unsigned os_cpu_count(void); /* CPUs this process may use: affinity mask and cgroup quota */
