@@ -10,11 +10,17 @@
  *      (2..32 rounds), and its depot may double them under contention up to MAG_BYTES_MAX
  *      (at most 256 rounds). Small at first keeps idle threads cheap; growth buys throughput
  *      where threads collide.
- *   3. Reaping: at most once per reap_ms, the first slow path to notice returns each depot's
- *      unneeded magazines to the slabs (empty slabs go to the arena) and purges the arena's
- *      dirty pages above `retain`. cache_trim does the same for everything free.
+ *   3. Reaping: at most once per reap_ms, each depot returns the magazines its working set did
+ *      not need to the slabs (empty slabs go to the arena) and the arena purges its dirty pages
+ *      above `retain`. Until the heap maps REAPER_START_BYTES, the first slow path to notice
+ *      reaps; after that a background thread (the reaper) does, so that memory also goes back
+ *      while the program is idle: when no slow path has run for REAPER_IDLE_TICKS intervals,
+ *      it purges every dirty page. Small programs never get the thread (a thread of its own can
+ *      surprise a program: unshare(CLONE_NEWUSER) needs a single-threaded process); option
+ *      reaper=0 keeps it away altogether. cache_trim gives back everything free at once.
  *   4. Object-cache ids index the threads' slot tables (mag.c); ids are reused after destroy.
- *   Lock order (fork takes them all in this order): cache_list_lock, mag_registry_lock, each
+ *   Lock order (fork takes them all in this order): the statistics lock (stats.c),
+ *   cache_list_lock, mag_registry_lock, each
  *   cache's depot lock then slab lock, the heap arena, the metadata pools.
  */
 #include "cache.h"
@@ -46,6 +52,12 @@ static cache_t *cache_list;                 /* object caches (cache_list_lock) *
 static bool cache_id_used[MAG_CACHE_SLOTS]; /* (cache_list_lock) */
 static meta_pool_t cache_pool = META_POOL(sizeof(cache_t));
 static uint64_t cache_last_reap; /* os_now_ns of the last reap (atomic) */
+static uint64_t cache_last_slow; /* os_now_ns of a recent slow path (atomic) */
+static int reaper_state;         /* REAPER_NONE, _RUNNING or _FAILED (atomic) */
+
+#define REAPER_START_BYTES ((size_t)32 << 20) /* heaps smaller than this never get a thread */
+#define REAPER_IDLE_TICKS 2                   /* quiet intervals before every dirty page goes */
+enum { REAPER_NONE, REAPER_RUNNING, REAPER_FAILED };
 
 static uint32_t pow2_floor(size_t v) {
   return v ? (uint32_t)1 << (63 - __builtin_clzl(v)) : 0;
@@ -78,27 +90,56 @@ void cache_init(void) {
   }
 }
 
-static size_t cache_reap(bool everything) {
+/* Returns unneeded magazines (all of them when everything) and purges down to keep_dirty. */
+static size_t cache_reap(bool everything, size_t keep_dirty) {
   for (unsigned c = 1; c <= SC_COUNT; c++)
     depot_reap(&malloc_caches[c], everything);
   lock_acquire(&cache_list_lock);
   for (cache_t *cp = cache_list; cp; cp = cp->next)
     depot_reap(cp, everything);
   lock_release(&cache_list_lock);
-  return vmem_reap(&heap_arena, everything ? 0 : opt.retain, everything);
+  return vmem_reap(&heap_arena, keep_dirty, everything);
+}
+
+static void *reaper_main(void *arg) {
+  (void)arg;
+  for (;;) {
+    os_sleep_ms(opt.reap_ms);
+    uint64_t now = os_now_ns(), quiet = now - __atomic_load_n(&cache_last_slow, __ATOMIC_RELAXED);
+    bool idle = quiet > (uint64_t)opt.reap_ms * 1000000u * REAPER_IDLE_TICKS;
+    cache_reap(false, idle ? 0 : opt.retain);
+  }
+  return NULL;
+}
+
+static void reaper_start(void) {
+  int expected = REAPER_NONE;
+  if (__atomic_compare_exchange_n(&reaper_state, &expected, REAPER_RUNNING, false, __ATOMIC_RELAXED,
+                                  __ATOMIC_RELAXED) &&
+      !os_thread_start(reaper_main, "magpie-reaper"))
+    __atomic_store_n(&reaper_state, REAPER_FAILED, __ATOMIC_RELAXED); /* reap in slow paths */
 }
 
 void cache_reap_tick(void) {
-  uint64_t now = os_now_ns(), last = __atomic_load_n(&cache_last_reap, __ATOMIC_RELAXED);
-  if (now - last < (uint64_t)opt.reap_ms * 1000000u) return;
-  if (__atomic_compare_exchange_n(&cache_last_reap, &last, now, false, __ATOMIC_RELAXED,
-                                  __ATOMIC_RELAXED))
-    cache_reap(false);
+  uint64_t now = os_now_ns(), period = (uint64_t)opt.reap_ms * 1000000u;
+  if (now - __atomic_load_n(&cache_last_slow, __ATOMIC_RELAXED) > period / 4)
+    __atomic_store_n(&cache_last_slow, now, __ATOMIC_RELAXED); /* rarely: a shared line */
+  int state = __atomic_load_n(&reaper_state, __ATOMIC_RELAXED);
+  if (state == REAPER_RUNNING) return;
+  uint64_t last = __atomic_load_n(&cache_last_reap, __ATOMIC_RELAXED);
+  if (now - last < period) return;
+  if (!__atomic_compare_exchange_n(&cache_last_reap, &last, now, false, __ATOMIC_RELAXED,
+                                   __ATOMIC_RELAXED))
+    return;
+  if (opt.reaper && state == REAPER_NONE && os_mapped_bytes() > REAPER_START_BYTES)
+    reaper_start();
+  else
+    cache_reap(false, opt.retain);
 }
 
 size_t cache_trim(void) {
   mag_flush_self();
-  return cache_reap(true);
+  return cache_reap(true, 0);
 }
 
 /* ---- the public object-cache API ---- */
@@ -216,5 +257,7 @@ void cache_fork_child(void) {
   lock_init(&heap_arena.lock);
   cache_for_all(cache_init_locks);
   mag_fork_child();
+  if (reaper_state == REAPER_RUNNING) /* threads are not copied by fork */
+    reaper_state = REAPER_NONE;
   lock_init(&cache_list_lock);
 }

@@ -78,6 +78,21 @@ void magpie_init(void) {
   __atomic_store_n(&init_state, INIT_DONE, __ATOMIC_RELEASE);
 }
 
+static void fork_prepare(void) {
+  stats_fork_prepare();
+  cache_fork_prepare();
+}
+
+static void fork_parent(void) {
+  cache_fork_parent();
+  stats_fork_parent();
+}
+
+static void fork_child(void) {
+  cache_fork_child();
+  stats_fork_child();
+}
+
 __attribute__((constructor)) static void magpie_constructor(void) {
   magpie_init();
   if (!init_had_environ) {
@@ -85,7 +100,7 @@ __attribute__((constructor)) static void magpie_constructor(void) {
     options_init();
     heap_arena.retain = opt.retain;
   }
-  pthread_atfork(cache_fork_prepare, cache_fork_parent, cache_fork_child);
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 __attribute__((destructor)) static void magpie_destructor(void) {

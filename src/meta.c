@@ -22,7 +22,19 @@
 static lock_t meta_pools_lock = LOCK_INIT;
 static meta_pool_t *meta_pools; /* every pool that has carved a chunk */
 
+/* Puts a pool on the fork list before it first takes its own lock, never while holding it. */
+static void meta_register(meta_pool_t *pool) {
+  lock_acquire(&meta_pools_lock);
+  if (!pool->listed) {
+    pool->next = meta_pools;
+    meta_pools = pool;
+    __atomic_store_n(&pool->listed, true, __ATOMIC_RELEASE);
+  }
+  lock_release(&meta_pools_lock);
+}
+
 void *meta_alloc(meta_pool_t *pool) {
+  if (!__atomic_load_n(&pool->listed, __ATOMIC_ACQUIRE)) meta_register(pool);
   lock_acquire(&pool->lock);
   void *obj = pool->free;
   if (obj) {
@@ -35,12 +47,6 @@ void *meta_alloc(meta_pool_t *pool) {
       if (!mem) {
         lock_release(&pool->lock);
         return NULL;
-      }
-      if (!pool->end) {
-        lock_acquire(&meta_pools_lock);
-        pool->next = meta_pools;
-        meta_pools = pool;
-        lock_release(&meta_pools_lock);
       }
       pool->bump = mem;
       pool->end = mem + chunk - chunk % pool->size;

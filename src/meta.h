@@ -3,6 +3,7 @@
 #define MAGPIE_META_H
 
 #include "lock.h"
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct meta_pool {
@@ -12,10 +13,11 @@ typedef struct meta_pool {
   char *bump, *end;       /* the unused rest of the newest chunk (lock) */
   size_t live;            /* objects handed out and not freed (lock) */
   struct meta_pool *next; /* every pool that has allocated, for fork (meta_pools_lock) */
+  bool listed;            /* on that list (set once, under meta_pools_lock) */
 } meta_pool_t;
 
 #define META_POOL(object_size)                                                                     \
-  { LOCK_INIT, (object_size), NULL, NULL, NULL, 0, NULL }
+  { LOCK_INIT, (object_size), NULL, NULL, NULL, 0, NULL, false }
 
 void *meta_alloc(meta_pool_t *pool); /* zeroed; NULL when the kernel refuses memory */
 void meta_free(meta_pool_t *pool, void *obj);

@@ -24,6 +24,7 @@ options_t opt = {
     .reap_ms = 1000,       /* Bonwick's update interval was 15 s; allocation bursts are faster */
     .retain = 8u << 20,    /* enough to absorb churn of a few large blocks without mmap */
     .large_own = 1u << 20, /* above this, own mappings: freeing gives the pages back at once */
+    .reaper = 1,
 };
 
 typedef enum { OPT_SIZE, OPT_STATS_WORD, OPT_PATH } opt_kind_t;
@@ -41,6 +42,7 @@ static const opt_entry_t opt_table[] = {
     {"reap_ms", OPT_SIZE, offsetof(options_t, reap_ms)},
     {"retain", OPT_SIZE, offsetof(options_t, retain)},
     {"large_own", OPT_SIZE, offsetof(options_t, large_own)},
+    {"reaper", OPT_SIZE, offsetof(options_t, reaper)},
 };
 
 static bool opt_parse_size(const char *s, size_t len, size_t *out) {

@@ -11,7 +11,7 @@
  *      vector, the CPUs from the affinity mask bounded by a cgroup v2 quota, and whether glibc
  *      registered an rseq area (__rseq_size; magpie never registers a second one).
  *   3. Accounting: os_mapped_bytes is what magpie holds from the kernel, metadata included.
- *   4. Futexes back lock.h's sleeping path.
+ *   4. Futexes back lock.h's sleeping path; os_thread_start makes magpie's own threads.
  * Nothing here allocates or takes a lock; all of it is safe from any thread at any time.
  */
 #define _GNU_SOURCE
@@ -20,6 +20,8 @@
 #include "report.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <stddef.h>
@@ -30,7 +32,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define OS_SPIN_LIMIT 100 /* pause loops before a contended lock sleeps */
+#define OS_SPIN_LIMIT 100                  /* pause loops before a contended lock sleeps */
+#define OS_THREAD_STACK ((size_t)64 << 10) /* magpie's own threads only reap */
 
 extern const unsigned int __rseq_size __attribute__((weak));
 
@@ -153,6 +156,28 @@ uint64_t os_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void os_sleep_ms(size_t ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+bool os_thread_start(void *(*fn)(void *), const char *name) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old); /* the new thread inherits this mask */
+  pthread_attr_t attr;
+  pthread_t thread;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, OS_THREAD_STACK);
+  bool ok = pthread_create(&thread, &attr, fn, NULL) == 0;
+  if (ok) pthread_setname_np(thread, name);
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return ok;
 }
 
 void os_futex_wait(uint32_t *word, uint32_t expected) {

@@ -21,6 +21,9 @@ size_t os_mapped_peak(void);
 unsigned os_cpu_count(void); /* CPUs this process may use: affinity mask and cgroup quota */
 bool os_rseq_available(void);
 uint64_t os_now_ns(void); /* monotonic, coarse (a few ms) */
+void os_sleep_ms(size_t ms);
+/* A detached thread with every signal blocked (they belong to the program's threads). */
+bool os_thread_start(void *(*fn)(void *), const char *name);
 void os_futex_wait(uint32_t *word, uint32_t expected);
 void os_futex_wake(uint32_t *word, int count);
 void os_write_all(int fd, const char *buf, size_t len);

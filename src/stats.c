@@ -208,6 +208,16 @@ void stats_write(int fd, int format) {
   out_flush(&o);
 }
 
+void stats_fork_prepare(void) {
+  lock_acquire(&stats_lock);
+}
+void stats_fork_parent(void) {
+  lock_release(&stats_lock);
+}
+void stats_fork_child(void) {
+  lock_init(&stats_lock);
+}
+
 MAGPIE_EXPORT int magpie_stats_write(int fd, int format) {
   if (fd < 0 || (format != MAGPIE_STATS_TEXT && format != MAGPIE_STATS_JSON)) return -1;
   stats_write(fd, format);

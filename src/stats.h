@@ -18,5 +18,8 @@ void stats_summary(stats_summary_t *out);
 void stats_write(int fd, int format);
 /* The exit report asked for by MAGPIE_OPTIONS=stats=... */
 void stats_at_exit(void);
+void stats_fork_prepare(void); /* the report lock comes first in the fork lock order */
+void stats_fork_parent(void);
+void stats_fork_child(void);
 
 #endif
