@@ -147,26 +147,42 @@ static void mag_direct_free(cache_t *cp, void *obj) {
   stats_held_add(-(ptrdiff_t)cp->size);
 }
 
+/* One object from the thread's magazines of cp; t NULL: the thread has none (straight to the
+   slab layer). The allocation and free paths of malloc classes and object caches meet here. */
+static void *mag_pop(cache_t *cp, tclass_t *t) {
+  if (!t) return mag_direct_alloc(cp);
+  void *obj = t->loaded->n ? t->loaded->rounds[--t->loaded->n] : mag_alloc_miss(cp, t);
+  if (obj) STAT_ADD(t->allocs, 1);
+  return obj;
+}
+
+static void mag_push(cache_t *cp, tclass_t *t, void *obj) {
+  if (!t) {
+    mag_direct_free(cp, obj);
+    return;
+  }
+  STAT_ADD(t->frees, 1);
+  if (t->loaded->n < t->loaded->cap)
+    t->loaded->rounds[t->loaded->n++] = obj;
+  else if (!mag_free_miss(cp, t, obj))
+    mag_direct_free(cp, obj);
+}
+
+/* The thread's magazines of class c, or NULL for a thread past its exit (tcache_dead is shared:
+   its counters must stay untouched). */
+static tclass_t *mag_class(tcache_t *tc, unsigned c) {
+  return tc == &tcache_dead ? NULL : &tc->cls[c];
+}
+
 void *mag_malloc(unsigned c, size_t size) {
   tcache_t *tc = mag_self();
-  cache_t *cp = &malloc_caches[c];
-  tclass_t *t = &tc->cls[c];
-  void *p;
-  if (t->loaded->n)
-    p = t->loaded->rounds[--t->loaded->n];
-  else if (tc == &tcache_dead)
-    p = mag_direct_alloc(cp);
-  else
-    p = mag_alloc_miss(cp, t);
+  void *p = mag_pop(&malloc_caches[c], mag_class(tc, c));
   if (!p) {
     errno = ENOMEM;
     return NULL;
   }
   *(uintptr_t *)p = 0;
-  if (tc != &tcache_dead) { /* tcache_dead is shared: its counters stay zero */
-    STAT_ADD(t->allocs, 1);
-    STAT_ADD(tc->bytes_requested, size);
-  }
+  if (tc != &tcache_dead) STAT_ADD(tc->bytes_requested, size);
   return p;
 }
 
@@ -176,19 +192,8 @@ void mag_free(unsigned c, void *p) {
     report_heap_error("invalid free", p, "interior pointer, not the start of a block");
   if (*(uintptr_t *)p == (a ^ mag_secret))
     report_heap_error("double free", p, "block already free");
-  tcache_t *tc = mag_self();
-  cache_t *cp = &malloc_caches[c];
-  tclass_t *t = &tc->cls[c];
   *(uintptr_t *)p = a ^ mag_secret;
-  if (tc == &tcache_dead) {
-    mag_direct_free(cp, p);
-    return;
-  }
-  STAT_ADD(t->frees, 1);
-  if (t->loaded->n < t->loaded->cap)
-    t->loaded->rounds[t->loaded->n++] = p;
-  else if (!mag_free_miss(cp, t, p))
-    mag_direct_free(cp, p);
+  mag_push(&malloc_caches[c], mag_class(mag_self(), c), p);
 }
 
 void mag_large_count(size_t size, int sign) {
@@ -220,30 +225,12 @@ static tclass_t *mag_slot(tcache_t *tc, cache_t *cp) {
 }
 
 void *mag_cache_alloc(cache_t *cp) {
-  tclass_t *t = mag_slot(mag_self(), cp);
-  void *obj;
-  if (!t)
-    obj = mag_direct_alloc(cp);
-  else if (t->loaded->n)
-    obj = t->loaded->rounds[--t->loaded->n];
-  else
-    obj = mag_alloc_miss(cp, t);
-  if (obj && t) STAT_ADD(t->allocs, 1);
-  return obj;
+  return mag_pop(cp, mag_slot(mag_self(), cp));
 }
 
 void mag_cache_free(cache_t *cp, void *obj) {
   if (!slab_of(cp, obj)) report_heap_error("invalid free", obj, "not an object of this cache");
-  tclass_t *t = mag_slot(mag_self(), cp);
-  if (!t) {
-    mag_direct_free(cp, obj);
-    return;
-  }
-  STAT_ADD(t->frees, 1);
-  if (t->loaded->n < t->loaded->cap)
-    t->loaded->rounds[t->loaded->n++] = obj;
-  else if (!mag_free_miss(cp, t, obj))
-    mag_direct_free(cp, obj);
+  mag_push(cp, mag_slot(mag_self(), cp), obj);
 }
 
 /* Gives a thread's magazines of one cache to its depot. */
