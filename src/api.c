@@ -123,7 +123,10 @@ MAGPIE_EXPORT void *magpie_realloc(void *p, size_t size) {
   size_t old = block_size(p, &e, "invalid realloc");
   uintptr_t tag = e & PM_TAG_MASK;
   if (tag != PM_TAG_LARGE && size <= SC_SMALL_MAX && sc_of(size) == tag) return p;
-  if (tag == PM_TAG_LARGE && size > SC_SMALL_MAX && large_resize(p, e, size)) return p;
+  if (tag == PM_TAG_LARGE && size > SC_SMALL_MAX) {
+    void *q = large_resize(p, e, size);
+    if (q) return q;
+  }
   void *q = fast_malloc(size);
   if (!q) return NULL; /* errno is ENOMEM; the old block is untouched */
   memcpy(q, p, old < size ? old : size);

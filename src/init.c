@@ -51,6 +51,11 @@ static void heap_release(void *source, void *addr, size_t size) {
   os_unmap(addr, size);
 }
 
+static void *heap_remap(void *source, void *addr, size_t old_size, size_t new_size) {
+  (void)source;
+  return os_remap(addr, old_size, new_size);
+}
+
 void magpie_init(void) {
   if (__atomic_load_n(&init_state, __ATOMIC_ACQUIRE) == INIT_DONE) return;
   int expected = INIT_NONE;
@@ -72,6 +77,7 @@ void magpie_init(void) {
   vmem_init(&heap_arena, "heap", OS_PAGE, heap_import, heap_release, NULL, HEAP_IMPORT,
             SC_SPAN_MAX);
   heap_arena.retain = opt.retain;
+  heap_arena.remap = heap_remap;
   cache_init();
   mag_init();
   init_here = 0;

@@ -11,7 +11,8 @@
  *      at the next reap when more than `retain` bytes are dirty.
  *   3. calloc skips the memset when the arena says the pages are clean (never written since
  *      the kernel zeroed them, or purged since).
- *   4. realloc grows or shrinks in place when the arena can (vmem_resize).
+ *   4. realloc grows or shrinks in place when the arena can (vmem_resize); a block with a span
+ *      of its own is remapped, so growing a many-MiB vector copies no bytes.
  */
 #include "large.h"
 #include "init.h"
@@ -76,11 +77,13 @@ void large_free(void *p, uintptr_t entry) {
   mag_large_count(bytes, -1);
 }
 
-bool large_resize(void *p, uintptr_t entry, size_t size) {
+void *large_resize(void *p, uintptr_t entry, size_t size) {
   size_t old = large_size(entry), bytes = (size + OS_PAGE - 1) & ~(OS_PAGE - 1);
-  if (size > LARGE_MAX || !vmem_resize(&heap_arena, p, old, bytes)) return false;
-  pagemap_set((uintptr_t)p, OS_PAGE, large_entry(bytes));
+  void *q = size > LARGE_MAX ? NULL : vmem_resize(&heap_arena, p, old, bytes);
+  if (!q) return NULL;
+  if (q != p) pagemap_set((uintptr_t)p, OS_PAGE, 0);
+  pagemap_set((uintptr_t)q, OS_PAGE, large_entry(bytes));
   large_account(old, -1);
   large_account(bytes, 1);
-  return true;
+  return q;
 }

@@ -9,7 +9,8 @@
 void *large_alloc(size_t size, size_t align, bool zero); /* NULL with errno ENOMEM */
 void large_free(void *p, uintptr_t entry);               /* entry: p's page-map entry */
 size_t large_size(uintptr_t entry);
-bool large_resize(void *p, uintptr_t entry, size_t size); /* in place, or false */
+/* Resizes in place or by remapping: the block's address afterwards, or NULL (unchanged). */
+void *large_resize(void *p, uintptr_t entry, size_t size);
 size_t large_live_bytes(void);
 
 #endif

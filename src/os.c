@@ -74,6 +74,13 @@ void os_unmap(void *p, size_t size) {
   os_account(-(ptrdiff_t)size);
 }
 
+void *os_remap(void *p, size_t old_size, size_t new_size) {
+  void *q = mremap(p, old_size, new_size, MREMAP_MAYMOVE);
+  if (q == MAP_FAILED) return NULL;
+  os_account((ptrdiff_t)new_size - (ptrdiff_t)old_size);
+  return q;
+}
+
 void os_purge(void *p, size_t size) {
   madvise(p, size, MADV_DONTNEED);
 }

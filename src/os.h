@@ -13,6 +13,8 @@ void os_init(void);
 void *os_map(size_t size);                       /* zeroed, page aligned; NULL on failure */
 void *os_map_aligned(size_t size, size_t align); /* align: a power of two >= OS_PAGE */
 void os_unmap(void *p, size_t size);
+/* Resizes a mapping, moving it if it must (page tables move, not bytes); NULL on failure. */
+void *os_remap(void *p, size_t old_size, size_t new_size);
 void os_purge(void *p, size_t size); /* contents become zero, pages go back to the kernel */
 /* Makes pages readable and writable, or inaccessible (guard pages); false on failure. */
 bool os_protect(void *p, size_t size, bool accessible);

@@ -19,11 +19,14 @@
  *   4. Allocated segments are found again by start address through a hash table.
  *   5. Quantum caches: freed allocations of 1..VMEM_QCACHE_MAX quanta are kept (a few per size)
  *      as allocated segments and handed out again without splitting or coalescing.
- *   6. Memory goes back: a wholly free span is released to the parent when it was imported for
+ *   6. An allocation that fills a span of its own (VMEM_OWN) is resized by the parent when it
+ *      can remap (mremap for the heap arena): page tables move, not bytes, so growing a big
+ *      block step by step costs no copying.
+ *   7. Memory goes back: a wholly free span is released to the parent when it was imported for
  *      one VMEM_OWN allocation, or when more than `retain` bytes of the arena are free. Free
  *      segments are "dirty" until purged (MADV_DONTNEED through the OS) by vmem_reap; purged and
  *      never-touched memory is "clean" and reads as zero, which callers may use to skip memset.
- *   7. One lock per arena protects everything; it is taken after slab locks and before the
+ *   8. One lock per arena protects everything; it is taken after slab locks and before the
  *      metadata pool's and the OS's (which take none). Segment tags come from a metadata pool.
  */
 #include "vmem.h"
@@ -321,22 +324,40 @@ void vmem_free(vmem_t *vm, void *addr, size_t size) {
   lock_release(&vm->lock);
 }
 
-bool vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
+/* Resizes the own span that s fills, through the parent; the new start, or NULL. */
+static void *own_remap(vmem_t *vm, vmem_seg_t *s, size_t new_size) {
+  vmem_seg_t *marker = s->aprev;
+  void *moved = vm->remap(vm->source, (void *)s->start, s->size, new_size);
+  if (!moved) return NULL;
+  hash_remove(vm, s);
+  vm->imported += new_size - s->size;
+  vm->in_use += new_size - s->size;
+  marker->start = s->start = (uintptr_t)moved;
+  marker->size = s->size = new_size;
+  s->clean = 0;
+  hash_insert(vm, s);
+  return moved;
+}
+
+void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
   size_t q = vm->quantum;
   old_size = (old_size + q - 1) & ~(q - 1);
-  if (new_size == 0 || new_size > SIZE_MAX - q) return false;
+  if (new_size == 0 || new_size > SIZE_MAX - q) return NULL;
   new_size = (new_size + q - 1) & ~(q - 1);
-  if (new_size == old_size) return true;
+  if (new_size == old_size) return addr;
   lock_acquire(&vm->lock);
   vmem_seg_t *s = hash_find(vm, (uintptr_t)addr);
   if (!s || s->size != old_size)
     report_fatal("vmem_resize of a range the arena did not allocate", addr, old_size);
-  bool ok = false;
-  if (new_size < old_size) {
+  void *result = NULL;
+  vmem_seg_t *marker = s->aprev;
+  if (vm->remap && marker->type == VMEM_SPAN && marker->own && marker->size == s->size) {
+    result = own_remap(vm, s, new_size);
+  } else if (new_size < old_size) {
     vmem_seg_t *tail = seg_split(s, new_size); /* an ALLOC tag outside the hash */
     if (tail) {
       seg_free(vm, tail);
-      ok = true;
+      result = addr;
     }
   } else {
     vmem_seg_t *next = s->anext;
@@ -350,14 +371,14 @@ bool vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
         s->size += need;
         vm->in_use += need;
         seg_unlink(next);
-        ok = true;
+        result = addr;
       } else {
         free_insert(vm, next);
       }
     }
   }
   lock_release(&vm->lock);
-  return ok;
+  return result;
 }
 
 size_t vmem_reap(vmem_t *vm, size_t keep_dirty, bool release_spans) {

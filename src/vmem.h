@@ -14,6 +14,8 @@
 
 typedef void *vmem_import_t(void *source, size_t size, size_t align);
 typedef void vmem_release_t(void *source, void *addr, size_t size);
+/* Optional: resizes a span the parent gave, perhaps moving it; NULL if it cannot. */
+typedef void *vmem_remap_t(void *source, void *addr, size_t old_size, size_t new_size);
 typedef struct vmem_seg vmem_seg_t;
 
 struct vmem_seg {
@@ -35,6 +37,7 @@ typedef struct vmem {
   size_t retain;       /* free bytes kept mapped when a span empties */
   vmem_import_t *import;
   vmem_release_t *release;
+  vmem_remap_t *remap; /* NULL: own spans are resized like any other segment */
   void *source;
   vmem_seg_t segs; /* sentinel of the address-ordered segment list */
   vmem_seg_t *free_list[VMEM_LISTS];
@@ -53,8 +56,9 @@ void vmem_init(vmem_t *vm, const char *name, size_t quantum, vmem_import_t *impo
 /* size bytes aligned to align (a power of two); *clean says whether they are known zero. */
 void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean);
 void vmem_free(vmem_t *vm, void *addr, size_t size);
-/* Grows or shrinks an allocation in place; false (nothing changed) if it cannot grow there. */
-bool vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size);
+/* Grows or shrinks an allocation: in place (returns addr), or, for a VMEM_OWN allocation when
+   the parent can remap, wherever the parent moves it; NULL (nothing changed) if it cannot. */
+void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size);
 /* Empties the quantum caches, purges dirty free memory above keep_dirty bytes, releases
    wholly free spans when release_spans; returns the bytes given back to the kernel or parent. */
 size_t vmem_reap(vmem_t *vm, size_t keep_dirty, bool release_spans);

@@ -46,6 +46,22 @@ static void fake_release(void *source, void *addr, size_t size) {
   f->released += size;
 }
 
+/* Moves a span to fresh address space, as mremap may (the old range stays reserved). */
+static void *fake_remap(void *source, void *addr, size_t old_size, size_t new_size) {
+  fake_parent_t *f = source;
+  int i = 0;
+  while (i < f->nspans && f->spans[i].start != (uintptr_t)addr)
+    i++;
+  UCHECK(i < f->nspans && f->spans[i].size == old_size);
+  void *moved = fake_import(source, new_size, OS_PAGE);
+  if (!moved) return NULL;
+  memcpy(moved, addr, old_size < new_size ? old_size : new_size);
+  f->imported -= new_size; /* the import above was a move, not a new span */
+  f->spans[i] = f->spans[--f->nspans];
+  f->imported += new_size - old_size;
+  return moved;
+}
+
 typedef struct block {
   unsigned char *p;
   size_t size;
@@ -67,6 +83,8 @@ int main(void) {
   vmem_init(&vm, "test", OS_PAGE, fake_import, fake_release, &parent, (size_t)1 << 20,
             (size_t)64 << 10);
   vm.retain = (size_t)2 << 20;
+  vm.remap = fake_remap;
+  int remapped = 0;
 
   static block_t live[LIVE_MAX];
   int nlive = 0;
@@ -78,7 +96,7 @@ int main(void) {
       block_t *b = &live[nlive];
       size_t pages = r % 10 < 7 ? 1 + (r >> 8) % 8 : 1 + (r >> 8) % 600;
       size_t align = (r >> 20) % 5 == 0 ? (size_t)OS_PAGE << ((r >> 24) % 6) : 1;
-      int flags = (r >> 30) % 50 == 0 ? VMEM_OWN : 0;
+      int flags = (r >> 30) % 10 == 0 ? VMEM_OWN : 0;
       bool clean;
       b->size = pages * OS_PAGE - (r >> 40) % 100; /* vmem rounds up to its quantum */
       b->p = vmem_alloc(&vm, b->size, align, flags, &clean);
@@ -98,8 +116,11 @@ int main(void) {
       size_t new_size = (1 + (r >> 16) % 64) * OS_PAGE;
       size_t keep = new_size < b->size ? new_size : b->size;
       unsigned char first = b->p[0];
-      if (vmem_resize(&vm, b->p, b->size, new_size)) {
-        UCHECK(b->p[0] == first);
+      unsigned char *moved = vmem_resize(&vm, b->p, b->size, new_size);
+      if (moved) {
+        UCHECK(moved[0] == first);
+        if (moved != b->p) remapped++;
+        b->p = moved;
         b->size = new_size;
         stamp(b);
       }
@@ -121,6 +142,7 @@ int main(void) {
   UCHECK(vm.in_use == 0 && vm.imported == 0 && vm.dirty == 0);
   UCHECK(parent.nspans == 0 && parent.imported == parent.released);
   UCHECK(peak_imported < 2 * peak_in_use + ((size_t)16 << 20)); /* free space gets reused */
+  UCHECK(remapped > 0); /* own spans were resized through the parent */
 
   /* quantum caches: a freed small allocation is handed out again as is */
   bool clean;
