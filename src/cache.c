@@ -126,14 +126,13 @@ void cache_reap_tick(void) {
     __atomic_store_n(&cache_last_slow, now, __ATOMIC_RELAXED); /* rarely: a shared line */
   int state = __atomic_load_n(&reaper_state, __ATOMIC_RELAXED);
   if (state == REAPER_RUNNING) return;
-  uint64_t last = __atomic_load_n(&cache_last_reap, __ATOMIC_RELAXED);
-  if (now - last < period) return;
-  if (!__atomic_compare_exchange_n(&cache_last_reap, &last, now, false, __ATOMIC_RELAXED,
-                                   __ATOMIC_RELAXED))
-    return;
-  if (opt.reaper && state == REAPER_NONE && os_mapped_bytes() > REAPER_START_BYTES)
+  if (opt.reaper && state == REAPER_NONE && os_mapped_bytes() > REAPER_START_BYTES) {
     reaper_start();
-  else
+    return;
+  }
+  uint64_t last = __atomic_load_n(&cache_last_reap, __ATOMIC_RELAXED);
+  if (now - last >= period && __atomic_compare_exchange_n(&cache_last_reap, &last, now, false,
+                                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED))
     cache_reap(false, opt.retain);
 }
 

@@ -21,6 +21,7 @@
 #include "export.h"
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define DEBUG_MALLOC 0
 #define DEBUG_NEW 1
@@ -36,5 +37,7 @@ void debug_free(void *p, size_t size, size_t align, int kind); /* p may be NULL 
 void *debug_realloc(void *p, size_t size);                     /* C realloc semantics */
 size_t debug_usable_size(void *p);
 void debug_at_exit(void); /* leak report when asked for */
+/* Blocks served by debug mode (its blocks bypass the per-thread counters), for statistics. */
+void debug_totals(uint64_t *allocs, uint64_t *frees, uint64_t *live_bytes);
 
 #endif

@@ -5,10 +5,11 @@
  *   1. The block's size lives in the page-map entry of its first page (pages << 7 | LARGE),
  *      so no descriptor is needed; the other pages map to nothing, and free() of a pointer
  *      that is not the first byte is refused.
- *   2. Blocks of at least `large_own` bytes (default 1 MiB) get a span of their own that goes
- *      back to the kernel as soon as they are freed. Smaller ones are carved from shared
- *      spans: freed, they return to the arena (its quantum caches first), which purges them
- *      at the next reap when more than `retain` bytes are dirty.
+ *   2. A block takes free space of the arena when it fits; when none does, a block of at least
+ *      `large_own` bytes (default 1 MiB) gets a span of exactly its size (which realloc can
+ *      remap), a smaller one a share of a new 4 MiB span. Freed, blocks return to the arena (its
+ *      quantum caches first), which keeps up to `retain` bytes free for reuse and purges or
+ *      releases the rest (a reused page costs no fault; a fresh one faults when touched).
  *   3. calloc skips the memset when the arena says the pages are clean (never written since
  *      the kernel zeroed them, or purged since).
  *   4. realloc grows or shrinks in place when the arena can (vmem_resize); a block with a span

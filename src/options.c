@@ -22,7 +22,7 @@ options_t opt = {
     .stats = OPT_STATS_OFF,
     .mag_rounds = 0,
     .reap_ms = 1000,       /* Bonwick's update interval was 15 s; allocation bursts are faster */
-    .retain = 8u << 20,    /* enough to absorb churn of a few large blocks without mmap */
+    .retain = 64u << 20,   /* free memory kept between reaps: reuse beats fresh pages */
     .large_own = 1u << 20, /* above this, own mappings: freeing gives the pages back at once */
     .reaper = 1,
 };

@@ -85,6 +85,10 @@ void os_purge(void *p, size_t size) {
   madvise(p, size, MADV_DONTNEED);
 }
 
+bool os_protect(void *p, size_t size, bool accessible) {
+  return mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
+}
+
 size_t os_mapped_bytes(void) {
   return __atomic_load_n(&os_mapped, __ATOMIC_RELAXED);
 }
@@ -214,6 +218,50 @@ void os_close(int fd) {
 
 int os_getpid(void) {
   return (int)getpid();
+}
+
+static uintptr_t parse_hex(const char **s) {
+  uintptr_t v = 0;
+  for (;; (*s)++) {
+    char c = **s;
+    if (c >= '0' && c <= '9')
+      v = v * 16 + (uintptr_t)(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      v = v * 16 + (uintptr_t)(c - 'a' + 10);
+    else
+      return v;
+  }
+}
+
+uintptr_t os_stack_top(uintptr_t sp) {
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[4096];
+  size_t have = 0;
+  uintptr_t top = 0;
+  for (;;) {
+    ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
+    if (n <= 0) break;
+    have += (size_t)n;
+    buf[have] = '\0';
+    char *line = buf, *nl;
+    while ((nl = strchr(line, '\n')) != NULL) {
+      const char *s = line;
+      uintptr_t lo = parse_hex(&s), hi = 0;
+      if (*s == '-') s++, hi = parse_hex(&s);
+      if (sp >= lo && sp < hi) top = hi;
+      line = nl + 1;
+    }
+    have -= (size_t)(line - buf);
+    memmove(buf, line, have);
+    if (have == sizeof buf - 1) have = 0; /* a line longer than the buffer: drop it */
+  }
+  close(fd);
+  return top;
+}
+
+uint32_t os_thread_id(void) {
+  return (uint32_t)syscall(SYS_gettid);
 }
 
 size_t os_rss_bytes(void) {

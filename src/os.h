@@ -33,6 +33,9 @@ int os_open_write(const char *path); /* O_CREAT|O_TRUNC|O_CLOEXEC, mode 0644; -1
 void os_close(int fd);
 int os_getpid(void);
 size_t os_rss_bytes(void);
+/* The end of the mapping holding sp (the top of that thread's stack); 0 if not found. */
+uintptr_t os_stack_top(uintptr_t sp);
+uint32_t os_thread_id(void); /* the kernel's id of the calling thread */
 
 /* A read-only private mapping of a whole file (for symbolising); NULL on failure. */
 void *os_map_file(const char *path, size_t *size);

@@ -2,14 +2,42 @@
 #ifndef MAGPIE_REPORT_H
 #define MAGPIE_REPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#define REPORT_DEPTH_MAX 64 /* frames a captured stack may hold */
+
+/* A report under construction: text on the caller's stack, written out when full or flushed. */
+typedef struct report_buf {
+  char text[4096];
+  size_t len;
+} report_buf_t;
 
 /* A program error on a heap block: prints kind, address, detail and the caller's stack, aborts. */
 __attribute__((noreturn, cold)) void report_heap_error(const char *kind, const void *addr,
                                                        const char *detail);
 /* magpie itself cannot go on (the kernel refused, an internal invariant broke). */
 __attribute__((noreturn, cold)) void report_fatal(const char *what, const void *addr, size_t value);
-/* One line on stderr: "magpie: <what><name>\n". */
+/* One line: "magpie: <what><name>\n". */
 void report_warning(const char *what, const char *name);
+
+/* Building reports (debug mode): append text, numbers, stacks; flush writes to the report file. */
+void report_str(report_buf_t *b, const char *s);
+void report_hex(report_buf_t *b, uintptr_t v);
+void report_dec(report_buf_t *b, size_t v);
+void report_flush(report_buf_t *b);
+/* The calling code's return addresses, magpie's own leading frames left out; returns how many
+   (at most max). Allocates nothing and takes no magpie lock. */
+int report_capture(uintptr_t *ips, int max);
+/* One line per frame, symbolised, C++ names demangled. */
+void report_frames(report_buf_t *b, const uintptr_t *ips, int n);
+/* "  stack of the call:" and the calling code's frames. */
+void report_current_stack(report_buf_t *b);
+/* Sends every later report to path ("%p" becomes the pid), opened at the first report; stderr if
+   it cannot be opened. Called before any report (debug_init). */
+void report_set_log(const char *path);
+/* Demangles an Itanium C++ name (the common forms) into out; false when it cannot. No heap. */
+bool report_demangle(const char *mangled, char *out, size_t cap);
 
 #endif

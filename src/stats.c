@@ -14,6 +14,7 @@
  */
 #include "stats.h"
 #include "cache.h"
+#include "debug.h"
 #include "export.h"
 #include "large.h"
 #include "mag.h"
@@ -44,6 +45,13 @@ static void stats_fill(stats_summary_t *s, const mag_totals_t *t) {
     s->allocs += t->allocs[c];
     s->frees += t->frees[c];
     if (t->allocs[c] > t->frees[c]) s->live_bytes += (t->allocs[c] - t->frees[c]) * sc_info[c].size;
+  }
+  if (debug_on) { /* debug mode serves every block itself */
+    uint64_t allocs, frees, live;
+    debug_totals(&allocs, &frees, &live);
+    s->allocs += allocs;
+    s->frees += frees;
+    s->live_bytes += live;
   }
   s->large_allocs = t->large_allocs;
   s->large_frees = t->large_frees;

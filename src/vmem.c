@@ -19,11 +19,13 @@
  *   4. Allocated segments are found again by start address through a hash table.
  *   5. Quantum caches: freed allocations of 1..VMEM_QCACHE_MAX quanta are kept (a few per size)
  *      as allocated segments and handed out again without splitting or coalescing.
- *   6. An allocation that fills a span of its own (VMEM_OWN) is resized by the parent when it
- *      can remap (mremap for the heap arena): page tables move, not bytes, so growing a big
- *      block step by step costs no copying.
- *   7. Memory goes back: a wholly free span is released to the parent when it was imported for
- *      one VMEM_OWN allocation, or when more than `retain` bytes of the arena are free. Free
+ *   6. A request that finds no free space imports import_min bytes, or, flagged VMEM_OWN, a
+ *      span of exactly its size. An allocation that fills its whole span is resized by the
+ *      parent when it can remap (mremap for the heap arena): page tables move, not bytes, so
+ *      growing a big block step by step costs no copying.
+ *   7. Memory goes back: a wholly free span is released to the parent when more than `retain`
+ *      bytes of the arena are free; below that it stays for the next requests (a fresh mapping
+ *      costs a page fault per page touched, reuse costs none). Free
  *      segments are "dirty" until purged (MADV_DONTNEED through the OS) by vmem_reap; purged and
  *      never-touched memory is "clean" and reads as zero, which callers may use to skip memset.
  *   8. One lock per arena protects everything; it is taken after slab locks and before the
@@ -199,7 +201,6 @@ static bool vmem_import(vmem_t *vm, size_t size, size_t align, bool own) {
   marker->start = seg->start = (uintptr_t)mem;
   marker->size = seg->size = span;
   marker->type = VMEM_SPAN;
-  marker->own = own;
   seg->clean = 1;
   seg_link_after(vm->segs.aprev, marker);
   seg_link_after(marker, seg);
@@ -213,17 +214,17 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   if (size == 0 || size > SIZE_MAX - q) return NULL;
   size = (size + q - 1) & ~(q - 1);
   if (align < q) align = q;
-  bool own = (flags & VMEM_OWN) != 0;
+  bool own = (flags & VMEM_OWN) != 0; /* only shapes the import, if one is needed */
   lock_acquire(&vm->lock);
   size_t n = size / q;
-  if (!own && align == q && n <= VMEM_QCACHE_MAX && vm->qcache_n[n] > 0) {
+  if (align == q && n <= VMEM_QCACHE_MAX && vm->qcache_n[n] > 0) {
     void *p = vm->qcache[n][--vm->qcache_n[n]];
     lock_release(&vm->lock);
     *clean = false;
     return p;
   }
   if (!vm->hash && !hash_grow(vm)) goto fail;
-  vmem_seg_t *s = own ? NULL : vmem_find(vm, size, align);
+  vmem_seg_t *s = vmem_find(vm, size, align);
   if (!s) { /* the new span is aligned and large enough: its free segment is last */
     if (!vmem_import(vm, size, align, own)) goto fail;
     s = vm->segs.aprev;
@@ -301,8 +302,7 @@ static void seg_free(vmem_t *vm, vmem_seg_t *s) {
   s = coalesce(vm, s);
   vmem_seg_t *marker = s->aprev;
   bool whole = marker->type == VMEM_SPAN && marker->size == s->size;
-  if (whole && (marker->own || vm->imported - vm->in_use > vm->retain) && span_release(vm, s))
-    return;
+  if (whole && vm->imported - vm->in_use > vm->retain && span_release(vm, s)) return;
   free_insert(vm, s);
 }
 
@@ -314,8 +314,7 @@ void vmem_free(vmem_t *vm, void *addr, size_t size) {
   vmem_seg_t *s = hash_find(vm, (uintptr_t)addr);
   if (!s || s->size != size)
     report_fatal("vmem_free of a range the arena did not allocate", addr, size);
-  bool own = s->aprev->type == VMEM_SPAN && s->aprev->own;
-  if (!own && n <= VMEM_QCACHE_MAX && vm->qcache_n[n] < VMEM_QCACHE_DEPTH) {
+  if (n <= VMEM_QCACHE_MAX && vm->qcache_n[n] < VMEM_QCACHE_DEPTH) {
     vm->qcache[n][vm->qcache_n[n]++] = addr; /* stays allocated in the arena */
   } else {
     hash_remove(vm, s);
@@ -324,8 +323,8 @@ void vmem_free(vmem_t *vm, void *addr, size_t size) {
   lock_release(&vm->lock);
 }
 
-/* Resizes the own span that s fills, through the parent; the new start, or NULL. */
-static void *own_remap(vmem_t *vm, vmem_seg_t *s, size_t new_size) {
+/* Resizes the span that s fills, through the parent; the new start, or NULL. */
+static void *span_remap(vmem_t *vm, vmem_seg_t *s, size_t new_size) {
   vmem_seg_t *marker = s->aprev;
   void *moved = vm->remap(vm->source, (void *)s->start, s->size, new_size);
   if (!moved) return NULL;
@@ -351,8 +350,8 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
     report_fatal("vmem_resize of a range the arena did not allocate", addr, old_size);
   void *result = NULL;
   vmem_seg_t *marker = s->aprev;
-  if (vm->remap && marker->type == VMEM_SPAN && marker->own && marker->size == s->size) {
-    result = own_remap(vm, s, new_size);
+  if (vm->remap && marker->type == VMEM_SPAN && marker->size == s->size) {
+    result = span_remap(vm, s, new_size);
   } else if (new_size < old_size) {
     vmem_seg_t *tail = seg_split(s, new_size); /* an ALLOC tag outside the hash */
     if (tail) {

@@ -10,7 +10,7 @@
 #define VMEM_LISTS 64       /* free list i holds free segments of [2^i, 2^(i+1)) bytes */
 #define VMEM_QCACHE_MAX 32  /* quantum caches serve 1..32 quanta */
 #define VMEM_QCACHE_DEPTH 4 /* segments each quantum cache may hold */
-#define VMEM_OWN 0x1 /* vmem_alloc flag: a span of its own, given back to the parent on free */
+#define VMEM_OWN 0x1        /* vmem_alloc flag: if it must import, a span of exactly its size */
 
 typedef void *vmem_import_t(void *source, size_t size, size_t align);
 typedef void vmem_release_t(void *source, void *addr, size_t size);
@@ -25,7 +25,6 @@ struct vmem_seg {
   vmem_seg_t *lnext, *lprev; /* FREE: its free list; ALLOC: its hash chain (lnext only) */
   uint8_t type;              /* VMEM_SPAN (import marker), VMEM_FREE or VMEM_ALLOC */
   uint8_t clean;             /* FREE, ALLOC: no byte written since mapped or purged */
-  uint8_t own;               /* SPAN: imported for one VMEM_OWN allocation */
 };
 
 typedef struct vmem {
@@ -37,7 +36,7 @@ typedef struct vmem {
   size_t retain;       /* free bytes kept mapped when a span empties */
   vmem_import_t *import;
   vmem_release_t *release;
-  vmem_remap_t *remap; /* NULL: own spans are resized like any other segment */
+  vmem_remap_t *remap; /* NULL: whole-span allocations resize like any other */
   void *source;
   vmem_seg_t segs; /* sentinel of the address-ordered segment list */
   vmem_seg_t *free_list[VMEM_LISTS];
@@ -56,7 +55,7 @@ void vmem_init(vmem_t *vm, const char *name, size_t quantum, vmem_import_t *impo
 /* size bytes aligned to align (a power of two); *clean says whether they are known zero. */
 void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean);
 void vmem_free(vmem_t *vm, void *addr, size_t size);
-/* Grows or shrinks an allocation: in place (returns addr), or, for a VMEM_OWN allocation when
+/* Grows or shrinks an allocation: in place (returns addr), or, for one that fills its span when
    the parent can remap, wherever the parent moves it; NULL (nothing changed) if it cannot. */
 void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size);
 /* Empties the quantum caches, purges dirty free memory above keep_dirty bytes, releases

@@ -60,10 +60,10 @@ struct cache_rec {
 
 static stress_param_t params[] = {
     {"threads", 16, "threads"},
-    {"ops", 100000, "operations per thread"},
+    {"ops", 300000, "operations per thread"},
     {"window", 48, "objects a thread holds at most"},
     {"slots", 64, "shared slots for trading objects"},
-    {"private_every", 5000, "operations between private caches"},
+    {"private_every", 10000, "operations between private caches"},
     {"fail_every", 37, "the flaky cache's constructor fails every n-th call"},
     {"seed", 1, "random seed"},
     {"timeout", 120, "watchdog, seconds"},

@@ -62,7 +62,7 @@ static void *churner(void *arg) {
       for (int k = 0; k < HANDOFF; k++)
         stress_block_free(&c->in[k], TEST);
     stress_block_t *b = &live[stress_rng_below(&rng, WINDOW)];
-    size_t size = stress_rng_pct(&rng, 3) ? (size_t)stress_rng_range(&rng, 8193, 64 * 1024)
+    size_t size = stress_rng_pct(&rng, 1) ? (size_t)stress_rng_range(&rng, 8193, 64 * 1024)
                                           : stress_size_skewed(&rng, 1, 8192);
     if (!b->p)
       stress_block_new(b, magpie_malloc(size), size, stress_rng_next(&rng), "malloc", tid, 0,
@@ -143,8 +143,9 @@ int main(int argc, char **argv) {
       size_t rss = stress_rss_bytes();
       if (rss > rss_max)
         rss_max = rss;
-      stress_log(TEST ": %ld threads: resident %.1f MiB (%.1f s)", started,
-                 (double)rss / 1048576.0, stress_now() - t0);
+      stress_log(TEST ": %ld threads: resident %.1f MiB, magpie mapped %.1f MiB (%.1f s)", started,
+                 (double)rss / 1048576.0, (double)stress_mapped_bytes(TEST) / 1048576.0,
+                 stress_now() - t0);
       next_report += nthreads / REPORTS > 0 ? nthreads / REPORTS : 1;
     }
   }
