@@ -20,7 +20,9 @@
 #include "init.h"
 #include "fastpath.h"
 #include "large.h"
+#include "options.h"
 #include "report.h"
+#include "sample.h"
 #include "stats.h"
 
 #include <errno.h>
@@ -30,6 +32,11 @@
 void *malloc_slow(size_t size) {
   magpie_init(); /* debug_on must be known before the first block */
   if (debug_on) return debug_alloc(size, 0, DEBUG_MALLOC, false);
+  if (opt.sample) { /* a miss below 1 KiB stands for a magazine of allocations */
+    unsigned weight = size <= SC_LOOKUP_MAX ? mag_tls->cls[sc_of(size)].loaded->cap + 1 : 1;
+    void *p = sample_maybe(size, weight);
+    if (p) return p;
+  }
   if (size <= SC_SMALL_MAX) return mag_malloc(sc_of(size), size);
   return large_alloc(size, OS_PAGE, false);
 }
@@ -65,6 +72,8 @@ void free_slow(void *p) {
     mag_free((unsigned)tag, p);
   else if (tag == PM_TAG_LARGE && ((uintptr_t)p & (OS_PAGE - 1)) == 0)
     large_free(p, e);
+  else if (tag == PM_TAG_SAMPLE)
+    sample_free(p, e);
   else
     bad_pointer("invalid free", p, e);
 }
@@ -87,6 +96,7 @@ static size_t block_size(void *p, uintptr_t *entry, const char *what) {
     return sc_info[tag].size;
   }
   if (tag == PM_TAG_LARGE && (a & (OS_PAGE - 1)) == 0) return large_size(e);
+  if (tag == PM_TAG_SAMPLE) return sample_size(p, e);
   bad_pointer(what, p, e);
 }
 

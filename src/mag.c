@@ -35,6 +35,7 @@
 #include "os.h"
 #include "pagemap.h"
 #include "report.h"
+#include "sample.h"
 #include "slab.h"
 #include "stats.h"
 
@@ -69,6 +70,7 @@ static tcache_t *mag_thread_start(void) {
   if (!tc) return mag_tls = &tcache_dead;
   for (unsigned c = 0; c <= SC_COUNT; c++)
     tc->cls[c] = (tclass_t)TCLASS_EMPTY;
+  tc->sample_left = sample_countdown();
   lock_acquire(&mag_registry_lock);
   tc->next = mag_registry.next;
   tc->prev = &mag_registry;

@@ -39,6 +39,7 @@ typedef struct tcache {
   tclass_t cls[SC_COUNT + 1]; /* malloc's size classes; [0] is never used */
   uint64_t bytes_requested;   /* sum of malloc sizes (small and large) */
   uint64_t large_allocs, large_frees;
+  int64_t sample_left;        /* allocations until the next sampled one (sample.c) */
   tslot_t *slots;             /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
   struct tcache *next, *prev; /* the registry of live thread caches (mag_registry_lock) */
 } tcache_t;

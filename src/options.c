@@ -43,6 +43,7 @@ static const opt_entry_t opt_table[] = {
     {"retain", OPT_SIZE, offsetof(options_t, retain)},
     {"large_own", OPT_SIZE, offsetof(options_t, large_own)},
     {"reaper", OPT_SIZE, offsetof(options_t, reaper)},
+    {"sample", OPT_SIZE, offsetof(options_t, sample)},
 };
 
 static bool opt_parse_size(const char *s, size_t len, size_t *out) {

@@ -15,6 +15,7 @@ typedef struct options {
   size_t reap_ms;       /* how often depots and arenas give back what was not needed */
   size_t retain;        /* free bytes an arena keeps mapped (dirty) between reaps */
   size_t large_own;     /* blocks of at least this size get their own mapping */
+  size_t sample;        /* about one small allocation in this many gets a guard page; 0 off */
   size_t reaper;        /* 1: a background thread reaps once the heap is big (cache.c) */
 } options_t;
 

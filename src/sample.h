@@ -1,0 +1,19 @@
+/* sample: sampled guard allocations in production mode (MAGPIE_OPTIONS=sample=N). See sample.c. */
+#ifndef MAGPIE_SAMPLE_H
+#define MAGPIE_SAMPLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SAMPLE_SIZE_MAX ((size_t)4096) /* larger requests are never sampled: one page a slot */
+
+/* Called from malloc's slow path for a request of size bytes that stands for about `weight`
+   allocations of the calling thread: a guarded block when this one is sampled, else NULL. */
+void *sample_maybe(size_t size, unsigned weight);
+/* free, usable size of a block whose page-map entry carries PM_TAG_SAMPLE. */
+void sample_free(void *p, uintptr_t entry);
+size_t sample_size(void *p, uintptr_t entry);
+/* A fresh countdown: about N allocations, jittered so threads do not sample in step. */
+int64_t sample_countdown(void);
+
+#endif
