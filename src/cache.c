@@ -56,7 +56,8 @@ static uint64_t cache_last_slow; /* os_now_ns of a recent slow path (atomic) */
 static int reaper_state;         /* REAPER_NONE, _RUNNING or _FAILED (atomic) */
 
 #define REAPER_START_BYTES ((size_t)32 << 20) /* heaps smaller than this never get a thread */
-#define REAPER_IDLE_TICKS 2                   /* quiet intervals before every dirty page goes */
+#define REAP_TICK_MISSES 8  /* magazine misses per look at the clock, per thread */
+#define REAPER_IDLE_TICKS 2 /* quiet intervals before every dirty page goes */
 enum { REAPER_NONE, REAPER_RUNNING, REAPER_FAILED };
 
 static uint32_t pow2_floor(size_t v) {
@@ -121,6 +122,8 @@ static void reaper_start(void) {
 }
 
 void cache_reap_tick(void) {
+  static __thread unsigned misses; /* the clock is read once per REAP_TICK_MISSES misses */
+  if (misses++ % REAP_TICK_MISSES) return;
   uint64_t now = os_now_ns(), period = (uint64_t)opt.reap_ms * 1000000u;
   if (now - __atomic_load_n(&cache_last_slow, __ATOMIC_RELAXED) > period / 4)
     __atomic_store_n(&cache_last_slow, now, __ATOMIC_RELAXED); /* rarely: a shared line */

@@ -1,7 +1,8 @@
 /*
  * fastpath: malloc and free of a small block, inline. The whole common case is here.
  *
- * malloc (size <= 1 KiB): one table load for the class, the thread's loaded magazine, pop.
+ * malloc (size <= 32 KiB): the class (one table load up to 1 KiB, a few instructions above),
+ * the thread's loaded magazine, pop.
  * free: two page-map loads give the class; the pointer must be an object start (one multiply)
  * and must not carry the free marker (one load); push onto the loaded magazine.
  * Anything else - an empty or full magazine, a first call, a large block, a bad pointer -
@@ -33,22 +34,24 @@ void free_slow_kind(void *p, size_t size, size_t align, int kind);
 
 /* Pops a block, or returns NULL: the caller takes a slow path. */
 static inline void *fast_malloc_try(size_t size) {
-  if (MP_LIKELY(size <= SC_LOOKUP_MAX)) {
-    unsigned c = sc_lookup[(size + 15) >> 4];
-    tcache_t *tc = mag_tls;
-    tclass_t *tcl = &tc->cls[c];
-    mag_t *m = tcl->loaded;
-    uint32_t n = m->n;
-    if (MP_LIKELY(n != 0)) {
-      void *p = m->rounds[n - 1];
-      m->n = n - 1;
-      *(uintptr_t *)p = 0;
-      STAT_ADD(tcl->allocs, 1);
-      STAT_ADD(tc->bytes_requested, size);
-      return p;
-    }
-  }
-  return NULL;
+  unsigned c;
+  if (MP_LIKELY(size <= SC_LOOKUP_MAX)) /* the common sizes first: one compare, one load */
+    c = sc_lookup[(size + 15) >> 4];
+  else if (size <= SC_SMALL_MAX)
+    c = sc_of(size);
+  else
+    return NULL;
+  tcache_t *tc = mag_tls;
+  tclass_t *tcl = &tc->cls[c];
+  mag_t *m = tcl->loaded;
+  uint32_t n = m->n;
+  if (!MP_LIKELY(n != 0)) return NULL;
+  void *p = m->rounds[n - 1];
+  m->n = n - 1;
+  *(uintptr_t *)p = 0;
+  STAT_ADD(tcl->allocs, 1);
+  STAT_ADD(tc->bytes_requested, size);
+  return p;
 }
 
 static inline void *fast_malloc(size_t size) {
