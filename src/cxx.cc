@@ -3,19 +3,52 @@
 // until it succeeds or there is none, then throw std::bad_alloc; the nothrow forms return
 // nullptr instead. Sized and aligned deletes free like free() (magpie knows every block's size);
 // their size and alignment reach the slow path only, where debug mode checks them.
+//
+// No libstdc++ dependency: a C program that preloads magpie should not pay for loading the C++
+// runtime (about 1.8 MB of RSS with libm, and its start-up allocations). Every runtime symbol
+// used here is a weak reference: in a C++ program libstdc++ is loaded and they resolve, so the
+// standard behaviour holds; in a C program nothing calls operator new. std::bad_alloc is thrown
+// through the Itanium C++ ABI (__cxa_allocate_exception, __cxa_throw, bad_alloc's vtable and
+// typeinfo), which is how a throw expression compiles.
 #include "debug.h"
 #include "export.h"
 #include "fastpath.h"
 #include "magpie.h"
+#include "report.h"
 
 #include <new>
 
+extern "C" {
+void *__cxa_allocate_exception(std::size_t size) noexcept __attribute__((weak));
+[[noreturn]] void __cxa_throw(void *obj, void *type, void (*dtor)(void *)) __attribute__((weak));
+void *__cxa_begin_catch(void *exception) noexcept __attribute__((weak));
+void __cxa_end_catch() __attribute__((weak));
+extern char bad_alloc_vtable[] __asm__("_ZTVSt9bad_alloc") __attribute__((weak));
+extern char bad_alloc_typeinfo[] __asm__("_ZTISt9bad_alloc") __attribute__((weak));
+void bad_alloc_dtor(void *obj) __asm__("_ZNSt9bad_allocD1Ev") __attribute__((weak));
+}
+namespace std {
+new_handler get_new_handler() noexcept __attribute__((weak));
+}
+// The catch in retry_nothrow makes the compiler reference the C++ personality routine; it only
+// runs while an exception unwinds through that frame, which needs the C++ runtime loaded.
+__asm__(".weak __gxx_personality_v0");
+
 namespace {
+
+[[noreturn]] void throw_bad_alloc(std::size_t size) {
+  if (!__cxa_allocate_exception || !__cxa_throw || !bad_alloc_vtable || !bad_alloc_typeinfo)
+    report_fatal("operator new: out of memory, and no C++ runtime to throw std::bad_alloc", NULL,
+                 size);
+  void *e = __cxa_allocate_exception(sizeof(void *));
+  *static_cast<void **>(e) = bad_alloc_vtable + 2 * sizeof(void *); /* the object's vptr */
+  __cxa_throw(e, bad_alloc_typeinfo, bad_alloc_dtor);
+}
 
 void *retry(std::size_t size, std::size_t align) {
   for (;;) {
-    std::new_handler handler = std::get_new_handler();
-    if (!handler) throw std::bad_alloc();
+    std::new_handler handler = std::get_new_handler ? std::get_new_handler() : nullptr;
+    if (!handler) throw_bad_alloc(size);
     handler();
     void *p = malloc_slow_kind(size, align, DEBUG_NEW);
     if (p) return p;

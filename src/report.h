@@ -6,6 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define REPORT_DEPTH_MAX 64 /* frames a captured stack may hold */
 
 /* A report under construction: text on the caller's stack, written out when full or flushed. */
@@ -39,5 +43,9 @@ void report_current_stack(report_buf_t *b);
 void report_set_log(const char *path);
 /* Demangles an Itanium C++ name (the common forms) into out; false when it cannot. No heap. */
 bool report_demangle(const char *mangled, char *out, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
