@@ -1,6 +1,6 @@
 /*
- * Production-mode sampling (MAGPIE_OPTIONS=sample=N, src/sample.c). With sample=1 the blocks
- * below are sampled (after a warm-up allocation that creates the thread's cache): each case
+ * Production-mode sampling (MAGPIE_OPTIONS=sample=N, src/sample.c). With sample=1 the next
+ * magazine miss is sampled; sampled() allocates until it gets a sampled block. Each case
  * commits one error on a sampled block, announced as "misuse: KIND ADDRESS". `rate` counts how
  * many of 20,000 small allocations were sampled (their usable size is the request), and fails
  * unless it is about one in N.
@@ -15,16 +15,24 @@ __attribute__((noinline)) static void write_past_end(char *p, size_t n) { p[n] =
 __attribute__((noinline)) static void touch_after_free(char *p) { p[0] = 1; }
 __attribute__((noinline)) static void release(char *p) { free(p); }
 
+/* A block of n bytes that was sampled (its usable size is exactly n; a slab block's is its
+   class size): sampling is decided when the thread's magazine misses, so the blocks that come
+   first are kept until the magazine runs dry. */
 static char *sampled(size_t n, const char *kind) {
-  char *p = malloc(n);
-  printf("misuse: %s %p\n", kind, (void *)p);
-  fflush(stdout);
-  return p;
+  for (int tries = 0; tries < 1000; tries++) {
+    char *p = malloc(n);
+    if (malloc_usable_size(p) == n) {
+      printf("misuse: %s %p\n", kind, (void *)p);
+      fflush(stdout);
+      return p;
+    }
+  }
+  printf("misuse: %s: no block was sampled\n", kind);
+  exit(3);
 }
 
 int main(int argc, char **argv) {
   if (argc != 2) return 2;
-  free(malloc(8)); /* the thread's cache exists from here on */
   const char *c = argv[1];
   if (!strcmp(c, "overflow")) {
     write_past_end(sampled(4000, c), 4000); /* 4000 is a multiple of 16: the next page */
