@@ -121,13 +121,16 @@ static inline size_t bench_range(bench_rng_t *r, size_t lo, size_t hi) {
 }
 
 /*
- * Log-uniform in [lo, hi]: each power-of-two band is equally likely, uniform within the band. Real
- * programs allocate many more small blocks than large ones; this is the usual stand-in.
+ * Log-uniform in [lo, hi]: each power-of-two band [2^b, 2^(b+1)) is equally likely, uniform within
+ * the band; hi itself belongs to the top band (so a power-of-two hi is not a band of its own, which
+ * would make that one size as frequent as a whole band). Real programs allocate many more small
+ * blocks than large ones; this is the usual stand-in.
  */
 static inline size_t bench_logsize(bench_rng_t *r, size_t lo, size_t hi) {
   unsigned lb = 63u - (unsigned)__builtin_clzll(lo), hb = 63u - (unsigned)__builtin_clzll(hi);
+  if (hb > lb && hi == (size_t)1 << hb) hb--;
   unsigned b = lb + (unsigned)bench_below(r, hb - lb + 1);
-  size_t blo = (size_t)1 << b, bhi = ((size_t)2 << b) - 1;
+  size_t blo = (size_t)1 << b, bhi = b == hb ? hi : ((size_t)2 << b) - 1;
   if (blo < lo) blo = lo;
   if (bhi > hi) bhi = hi;
   return bench_range(r, blo, bhi);

@@ -10,8 +10,9 @@ See bench/README.md for the workloads and how to read the output.
 
 The allocator is chosen per run with LD_PRELOAD (glibc: none). Allocators alternate within each
 repetition (A B C D E, then the next workload, then A B C D E of the next repetition ...) so that
-slow drifts of a noisy machine spread over all of them. Every child's wall time and peak RSS come
-from os.wait4; the workloads also report the time of their measured phase and their own metrics.
+slow drifts of a noisy machine spread over all of them. Every child runs under bench_rusage
+(bench/rusage.c), which reports its wall time, CPU time and peak RSS (ru_maxrss from wait4); the
+workloads also report the time of their measured phase and their own metrics.
 This file uses the standard library only; the chart is drawn by bench/chart.py where matplotlib
 can be imported.
 """
@@ -52,7 +53,7 @@ MODES = {
     # reps: repetitions; timeout: seconds per child before it is killed.
     "demo": {"reps": 3, "timeout": 60},
     "quick": {"reps": 3, "timeout": 90},
-    "full": {"reps": 5, "timeout": 300},
+    "full": {"reps": 5, "timeout": 120},
 }
 
 
@@ -119,8 +120,7 @@ def plan(mode):
                           ["-t", str(t), "-i", "20", "-n", "64"],
                           metric=("rss_over_live", "RSS/live", "lower")))
     w.append(Workload("realloc", "large", "strings and vectors grown by realloc to many MiB",
-                      ["-m", "realloc", "-t", "2", "-i", "1" if quick else "3",
-                       "-n", "8" if quick else "16"]))
+                      ["-m", "realloc", "-t", "2", "-i", "1" if quick else "2", "-n", "8"]))
     w.append(Workload("bigchurn", "large", "64 KiB..64 MiB blocks allocated and freed",
                       ["-m", "churn", "-t", "2", "-i", "100" if quick else "400"]))
     w.append(Workload("calloc", "large", "large zeroed blocks from calloc",
@@ -436,11 +436,14 @@ class Runner:
             argv = argv + ["-m", series]
         finish(o, run_child(argv, preload, timeout, tmp=self.tmp))
         if series:
-            with open(series) as f:
-                pts = [[float(x) for x in line.split(",")] for line in f.read().split()[1:]]
+            try:
+                with open(series) as f:
+                    pts = [[float(x) for x in line.split(",")] for line in f.read().split()[1:]]
+                step = max(1, len(pts) // 300)
+                o.series = pts[::step] or None
+            except (OSError, ValueError):
+                pass  # a run that failed before writing its samples; its status says why
             os.unlink(series)
-            step = max(1, len(pts) // 300)
-            o.series = pts[::step]
         return o
 
     def run_objcache(self, w, alloc, preload, timeout):
@@ -668,11 +671,11 @@ def summarise(runs, rows, allocs):
     return stats
 
 
-def med(stats, row, a, key):
+def med(stats, row, a, key, which="median"):
     s = stats.get((row, a))
     if s is None or key not in s:
         return None
-    return s[key]["median"]
+    return s[key][which]
 
 
 def geomean(xs):
@@ -702,7 +705,7 @@ def fmt_ratio(r):
     return "-" if r is None else "%.2fx" % r
 
 
-def build_table(rows, allocs, stats, key, fmt):
+def build_table(rows, allocs, stats, key, fmt, which="median"):
     """Rows of cells for one quantity (time or rss_kib): value per allocator with its ratio to
     glibc, then the subject's ratio to glibc and to the best peer. Returns (header, body,
     geomean row)."""
@@ -717,10 +720,10 @@ def build_table(rows, allocs, stats, key, fmt):
     for w in rows:
         if not any((w.name, a) in stats for a in allocs):
             continue
-        base = med(stats, w.name, "glibc", key)
+        base = med(stats, w.name, "glibc", key, which)
         cells = [w.name]
         for a in allocs:
-            v = med(stats, w.name, a, key)
+            v = med(stats, w.name, a, key, which)
             s = stats.get((w.name, a))
             if v is None:
                 cells.append("FAIL" if s and s["failures"] else "-")
@@ -733,12 +736,12 @@ def build_table(rows, allocs, stats, key, fmt):
                 ratios_g[a].append(v / base)
             cells.append(cell)
         if has_subject:
-            v = med(stats, w.name, SUBJECT, key)
+            v = med(stats, w.name, SUBJECT, key, which)
             cells.append(fmt_ratio(v / base) if v is not None and base else "-")
             if not peers:
                 body.append(cells)
                 continue
-            pv = [(med(stats, w.name, p, key), p) for p in peers]
+            pv = [(med(stats, w.name, p, key, which), p) for p in peers]
             pv = [x for x in pv if x[0] is not None]
             if v is not None and pv:
                 best, who = min(pv)
@@ -976,10 +979,15 @@ def main():
     g.add_argument("--callgrind", action="store_const", dest="mode", const="callgrind")
     ap.add_argument("--allocators", help="comma-separated subset of " + ",".join(ALL_ALLOCATORS))
     ap.add_argument("--workloads", help="comma-separated rows or groups (see --list)")
-    ap.add_argument("--magpie", default=os.path.join(ROOT, "build", "libmagpie.so"),
-                    help="magpie library to preload (default build/libmagpie.so)")
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"),
-                    help="build directory holding bench/bench_* (default build)")
+    ap.add_argument("--magpie", help="magpie library to preload (default "
+                                       "BUILD/libmagpie.so, BUILD as for --build)")
+    ap.add_argument("--magpie-version", metavar="TEXT",
+                    help="what to record as magpie's version (default: git describe of this "
+                         "checkout and the library's build time)")
+    # `make demo BUILD=dir` passes BUILD in the environment: use it, as the Makefile does.
+    default_build = os.path.join(ROOT, os.environ.get("BUILD") or "build")
+    ap.add_argument("--build", default=default_build,
+                    help="build directory holding bench/bench_* (default $BUILD or build)")
     ap.add_argument("--reps", type=int, help="repetitions (default: the mode's)")
     ap.add_argument("--out", default=os.path.join(BENCH, "results"),
                     help="directory for the results files (default bench/results)")
@@ -1006,8 +1014,10 @@ def main():
         deps = os.path.join(ROOT, "scripts", "bench-deps.sh")
         if os.access(deps, os.X_OK):
             subprocess.run([deps])
-    magpie_path = os.path.abspath(args.magpie)
+    magpie_path = os.path.abspath(args.magpie or os.path.join(args.build, "libmagpie.so"))
     allocs, missing = resolve_allocators(wanted, magpie_path)
+    if args.magpie_version:
+        allocs = [(n, p, args.magpie_version if n == "magpie" else v) for n, p, v in allocs]
     for name, why in missing:
         print("run.py: SKIPPING %s: %s" % (name, why))
     if not allocs:
@@ -1045,13 +1055,14 @@ def main():
               "this runner's own RSS as a floor (about 20 MiB)")
         machine["rss_note"] = "measured without bench_rusage: peak RSS has a floor of the " \
                               "runner's own RSS"
-    unbuilt = sorted({w.group if w.kind == "c" else "objcache" for w in rows
-                      if w.kind in ("c", "objcache")
-                      and runner.binary(w.group if w.kind == "c" else "objcache") is None})
+    # Rows that will run at all (objcache only with magpie), and their binaries.
+    rows = [w for w in rows if not w.only or set(w.only) & set(names)]
+    progs = {w.group if w.kind == "c" else "objcache" for w in rows if w.kind in ("c", "objcache")}
+    unbuilt = sorted(p for p in progs if runner.binary(p) is None)
     if unbuilt and not args.dry_run:
         print("run.py: workload binaries not built in %s/bench: %s. Build first: make "
               "(or cmake -S . -B build && cmake --build build)." % (build, ", ".join(unbuilt)))
-        if len(unbuilt) == len({w.group for w in rows if w.kind in ("c", "objcache")}):
+        if len(unbuilt) == len(progs):
             return 1
         print("run.py: those rows will show as failures")
 
@@ -1096,6 +1107,7 @@ def main():
 
     tt = build_table(rows, names, stats, "time", fmt_time)
     rt = build_table(rows, names, stats, "rss_kib", fmt_mib)
+    tmin = build_table(rows, names, stats, "time", fmt_time, "min")
     mt = metric_table(rows, names, stats)
     failures = [(w.name, a, o) for w in rows for a in names for o in runs.get((w.name, a), [])
                 if not o.ok]
@@ -1138,9 +1150,13 @@ def main():
         f.write("\n%d repetitions, allocators alternating within each; %d runs in %.0f s; load "
                 "average %.2f at start, %.2f at end. Command: `python3 bench/run.py %s`.\n" %
                 (reps, len(plan_runs), elapsed, machine["loadavg_start"], machine["loadavg_end"],
-                 " ".join(sys.argv[1:])))
+                 shell_quote(sys.argv[1:])))
         f.write("\n## Time (median; lower is better; Nx = ratio to glibc)\n\n")
         f.write(md_table(*tt) + "\n")
+        f.write("\n## Time, fastest of the repetitions\n\nOn a shared machine, other "
+                "processes only ever add time, so the minimum is the steadier estimate; where "
+                "it disagrees with the median, the row was disturbed.\n\n")
+        f.write(md_table(*tmin) + "\n")
         f.write("\n## Peak RSS (median of ru_maxrss; lower is better)\n\n")
         f.write(md_table(*rt) + "\n")
         if mt[1]:
