@@ -9,13 +9,14 @@
  *      in address order, each span's segments right after its VMEM_SPAN marker. Freeing
  *      coalesces with the free neighbours on that list; the markers stop coalescing at span
  *      boundaries, so a wholly free span is one FREE segment right after its marker.
- *   3. Instant fit: free list i holds free segments of [2^i, 2^(i+1)) bytes. A request of size s
+ *   3. Instant fit: free list i holds free segments of [2^i, 2^(i+1)) bytes, most recently
+ *      freed first. A request of size s first looks (bounded) at list floor(log2 s), where
+ *      freed segments of about its size return - reusing them reuses resident pages - then
  *      takes the first segment of the lowest non-empty list at or above ceil(log2 s): any
- *      segment there fits, found in constant time through the bitmap free_map. Only when none
- *      exists is list floor(log2 s) searched (bounded) before importing. Aligned requests first
- *      look (bounded) for an aligned fit in lists floor(log2 s) and the next, where freed spans
- *      of the same size return, then take any segment of at least s + align - quantum. After
- *      an import the request takes the new span, which is aligned to at least the alignment.
+ *      segment there fits, found in constant time through the bitmap free_map. Aligned
+ *      requests also look at the next list, then take any segment of at least
+ *      s + align - quantum. After an import the request takes the new span, which is aligned
+ *      to at least the alignment.
  *   4. Allocated segments are found again by start address through a hash table.
  *   5. Quantum caches: freed allocations of 1..VMEM_QCACHE_MAX quanta are kept (a few per size)
  *      as allocated segments and handed out again without splitting or coalescing.
@@ -173,18 +174,20 @@ static vmem_seg_t *list_search(vmem_t *vm, unsigned list, size_t size, size_t al
 
 static vmem_seg_t *vmem_find(vmem_t *vm, size_t size, size_t align) {
   unsigned low = vmem_log2(size);
-  if (align > vm->quantum) { /* an exact-size hole, e.g. a freed span of the same size */
-    for (unsigned i = low; i <= low + 1 && i < VMEM_LISTS; i++) {
-      vmem_seg_t *s = list_search(vm, i, size, align);
-      if (s) return s;
-    }
+  /* Recently freed segments of about this size first: the lists are LIFO, so this reuses
+     resident pages, where instant fit alone would pass over a freed segment of exactly this
+     size for fresh memory that faults when touched. Aligned requests look one list higher. */
+  for (unsigned i = low; i <= low + (align > vm->quantum) && i < VMEM_LISTS; i++) {
+    vmem_seg_t *s = list_search(vm, i, size, align);
+    if (s) return s;
+  }
+  if (align > vm->quantum) {
     size += align - vm->quantum; /* any segment this large holds an aligned fit */
     if (size < align) return NULL;
   }
   unsigned want = vmem_log2(size) + ((size & (size - 1)) != 0);
   uint64_t above = want < VMEM_LISTS ? vm->free_map & (~(uint64_t)0 << want) : 0;
-  if (above) return vm->free_list[__builtin_ctzll(above)];
-  return align > vm->quantum ? NULL : list_search(vm, low, size, align);
+  return above ? vm->free_list[__builtin_ctzll(above)] : NULL;
 }
 
 static bool vmem_import(vmem_t *vm, size_t size, size_t align, bool own) {
