@@ -2,8 +2,9 @@
 # Installs what the build and the tests need when it is missing (Debian; as root).
 set -e
 need=""
-for pair in cmake:cmake gcc:gcc g++:g++ make:make python3:python3 sqlite3:sqlite3 git:git \
-            valgrind:valgrind clang-format:clang-format; do
+# The tests run Debian's own python3 (/usr/bin/python3), whatever else is on PATH.
+for pair in cmake:cmake gcc:gcc g++:g++ make:make /usr/bin/python3:python3 sqlite3:sqlite3 \
+            git:git valgrind:valgrind clang-format:clang-format; do
   cmd=${pair%%:*}; pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || need="$need $pkg"
 done

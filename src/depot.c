@@ -15,7 +15,10 @@
  *   3. Working set: full_min and empty_min record the lowest list lengths since the last reap;
  *      that many magazines were not needed during the interval, so depot_reap returns exactly
  *      those to the slab layer (their rounds) and to the metadata pool (the magazines).
- *   4. Lock order: a depot lock is never held while calling the slab layer or the metadata
+ *   4. Bound: past DEPOT_FULL_BYTES_MAX of objects in full magazines, a freeing thread's full
+ *      magazine goes back to the slab layer instead, so a burst of frees in one class cannot
+ *      hold memory that other classes need (their slabs empty and go back to the arena).
+ *   5. Lock order: a depot lock is never held while calling the slab layer or the metadata
  *      pools; it is a leaf below the thread registry.
  */
 #include "depot.h"
@@ -23,7 +26,8 @@
 #include "slab.h"
 
 #define DEPOT_GROW_CONTENDED 16 /* failed try-locks per reap interval that justify larger mags */
-#define MAG_POOLS 9             /* magazine capacities 1, 2, 4, ..., 256 */
+#define DEPOT_FULL_BYTES_MAX ((size_t)2 << 20) /* objects a depot keeps in full magazines */
+#define MAG_POOLS 9                            /* magazine capacities 1, 2, 4, ..., 256 */
 
 mag_t mag_empty = {0, 0, 0, NULL};
 
@@ -98,6 +102,12 @@ mag_t *depot_empty_mag(cache_t *cp) {
 mag_t *depot_free_exchange(cache_t *cp, mag_t *give) {
   depot_t *d = &cp->depot;
   depot_lock(d);
+  if ((size_t)d->nfull * d->cap * cp->size >= DEPOT_FULL_BYTES_MAX) {
+    lock_release(&d->lock); /* full enough: these objects go back to their slabs */
+    slab_free(cp, give->rounds, give->n);
+    give->n = 0;
+    return give;
+  }
   mag_t *m = pop(&d->empty, &d->nempty, &d->empty_min);
   if (m && m->cap == d->cap) { /* the common case: one trip */
     push(&d->full, &d->nfull, give);
