@@ -26,6 +26,7 @@
 #include "cache.h"
 #include "depot.h"
 #include "export.h"
+#include "fastpath.h"
 #include "init.h"
 #include "mag.h"
 #include "meta.h"
@@ -75,6 +76,7 @@ static void cache_setup(cache_t *cp, const char *name, size_t stride, uintptr_t 
   memcpy(cp->name, name, n);
   cp->name[n] = '\0';
   cp->size = stride;
+  cp->div_magic = UINT64_MAX / stride + 1;
   cp->span = sc_span_for(stride);
   cp->per_slab = (uint32_t)(cp->span / stride);
   cp->tag = tag;
@@ -177,8 +179,20 @@ MAGPIE_EXPORT magpie_cache_t *magpie_cache_create(const char *name, size_t size,
   return (magpie_cache_t *)cp;
 }
 
+/* The calling thread's magazines of cp when it has them already (the fast paths below). */
+static inline tclass_t *cache_slot(const cache_t *cp) {
+  tslot_t *slots = mag_tls->slots; /* NULL on tcache_boot and tcache_dead */
+  return slots && cp->id < MAG_CACHE_SLOTS && slots[cp->id].cache == cp ? &slots[cp->id].mags
+                                                                        : NULL;
+}
+
 MAGPIE_EXPORT void *magpie_cache_alloc(magpie_cache_t *cache, int flags) {
   cache_t *cp = (cache_t *)cache;
+  tclass_t *t = cache_slot(cp);
+  if (MP_LIKELY(t && t->loaded->n)) {
+    STAT_ADD(t->allocs, 1);
+    return t->loaded->rounds[--t->loaded->n];
+  }
   void *obj = mag_cache_alloc(cp);
   if (!obj) {
     if (flags & MAGPIE_NOFAIL)
@@ -189,7 +203,14 @@ MAGPIE_EXPORT void *magpie_cache_alloc(magpie_cache_t *cache, int flags) {
 }
 
 MAGPIE_EXPORT void magpie_cache_free(magpie_cache_t *cache, void *obj) {
-  if (obj) mag_cache_free((cache_t *)cache, obj);
+  cache_t *cp = (cache_t *)cache;
+  tclass_t *t = cache_slot(cp);
+  if (MP_LIKELY(t && t->loaded->n < t->loaded->cap && slab_of(cp, obj))) {
+    STAT_ADD(t->frees, 1);
+    t->loaded->rounds[t->loaded->n++] = obj;
+    return;
+  }
+  if (obj) mag_cache_free(cp, obj); /* the slow path checks obj again, and reports */
 }
 
 MAGPIE_EXPORT void magpie_cache_destroy(magpie_cache_t *cache) {

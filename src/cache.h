@@ -38,11 +38,12 @@ typedef struct depot {
 typedef struct cache {
   /* set at creation, then read-only */
   char name[32];
-  size_t size;       /* object stride: a multiple of 16 and of the alignment */
-  size_t span;       /* slab span bytes: a power of two, spans aligned to it */
-  uint32_t per_slab; /* objects in a slab */
-  uintptr_t tag;     /* page-map tag of its slabs: the size class, or PM_TAG_CACHE */
-  unsigned id;       /* malloc: the class; object caches: slot in the threads' tables */
+  size_t size;        /* object stride: a multiple of 16 and of the alignment */
+  uint64_t div_magic; /* UINT64_MAX / size + 1: off % size == 0 iff off * magic <= magic - 1 */
+  size_t span;        /* slab span bytes: a power of two, spans aligned to it */
+  uint32_t per_slab;  /* objects in a slab */
+  uintptr_t tag;      /* page-map tag of its slabs: the size class, or PM_TAG_CACHE */
+  unsigned id;        /* malloc: the class; object caches: slot in the threads' tables */
   magpie_ctor_t *ctor;
   magpie_dtor_t *dtor;
   void *arg;

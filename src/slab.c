@@ -82,15 +82,6 @@ static void slab_destroy(cache_t *cp, slab_t *s) {
   cp->slabs--;
 }
 
-slab_t *slab_of(cache_t *cp, const void *obj) {
-  uintptr_t e = pagemap_get((uintptr_t)obj);
-  if ((e & PM_TAG_MASK) != cp->tag) return NULL;
-  slab_t *s = (slab_t *)(e & ~PM_TAG_MASK); /* base and cache never change: no lock needed */
-  uintptr_t off = (uintptr_t)obj - s->base;
-  if (s->cache != cp || off % cp->size != 0) return NULL;
-  return s;
-}
-
 /* slab_of, and the object was handed out (cp->slab_lock held). */
 static slab_t *slab_of_carved(cache_t *cp, const void *obj) {
   slab_t *s = slab_of(cp, obj);

@@ -3,6 +3,7 @@
 #define MAGPIE_SLAB_H
 
 #include "cache.h"
+#include "pagemap.h"
 #include "vmem.h"
 
 struct slab {
@@ -21,8 +22,15 @@ extern vmem_t heap_arena; /* where spans and large blocks come from */
 unsigned slab_alloc(cache_t *cp, void **out, unsigned n);
 /* Takes back n objects (destructing them first); reports objects that are not the cache's. */
 void slab_free(cache_t *cp, void **objs, unsigned n);
-/* The slab holding obj if it is an object start of cache cp's slabs, else NULL (no lock). */
-slab_t *slab_of(cache_t *cp, const void *obj);
+/* The slab holding obj if it is an object start of cache cp's slabs, else NULL. No lock: a
+   slab's base and cache never change while its pages map to it. */
+static inline slab_t *slab_of(const cache_t *cp, const void *obj) {
+  uintptr_t e = pagemap_get((uintptr_t)obj);
+  if ((e & PM_TAG_MASK) != cp->tag) return NULL;
+  slab_t *s = (slab_t *)(e & ~PM_TAG_MASK);
+  uint64_t off = (uintptr_t)obj - s->base;
+  return s->cache == cp && off * cp->div_magic <= cp->div_magic - 1 ? s : NULL;
+}
 void slab_check(cache_t *cp); /* aborts with a report if an invariant is broken */
 
 #endif
