@@ -269,14 +269,8 @@ static void d_str(derr_t *e, const char *s) {
 }
 
 static void d_dec(derr_t *e, size_t v) {
-  char tmp[24], out[24];
-  int n = 0;
-  do
-    tmp[n++] = (char)('0' + v % 10);
-  while ((v /= 10) != 0);
-  for (int i = 0; i < n; i++)
-    out[i] = tmp[n - 1 - i];
-  out[n] = '\0';
+  char out[REPORT_DEC_MAX];
+  report_format_dec(out, v);
   d_str(e, out);
 }
 

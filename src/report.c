@@ -108,8 +108,8 @@ void report_hex(report_buf_t *b, uintptr_t v) {
   report_str(b, out);
 }
 
-void report_dec(report_buf_t *b, size_t v) {
-  char tmp[24], out[24];
+int report_format_dec(char out[REPORT_DEC_MAX], uint64_t v) {
+  char tmp[REPORT_DEC_MAX];
   int n = 0;
   do
     tmp[n++] = (char)('0' + v % 10);
@@ -117,6 +117,12 @@ void report_dec(report_buf_t *b, size_t v) {
   for (int i = 0; i < n; i++)
     out[i] = tmp[n - 1 - i];
   out[n] = '\0';
+  return n;
+}
+
+void report_dec(report_buf_t *b, size_t v) {
+  char out[REPORT_DEC_MAX];
+  report_format_dec(out, v);
   report_str(b, out);
 }
 

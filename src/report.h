@@ -30,6 +30,9 @@ void report_warning(const char *what, const char *name);
 void report_str(report_buf_t *b, const char *s);
 void report_hex(report_buf_t *b, uintptr_t v);
 void report_dec(report_buf_t *b, size_t v);
+/* v in decimal, NUL-terminated, into out; returns the digit count. For every report writer. */
+#define REPORT_DEC_MAX 24
+int report_format_dec(char out[REPORT_DEC_MAX], uint64_t v);
 void report_flush(report_buf_t *b);
 /* The calling code's return addresses, magpie's own leading frames left out; returns how many
    (at most max). Allocates nothing and takes no magpie lock. */

@@ -20,6 +20,7 @@
 #include "mag.h"
 #include "options.h"
 #include "os.h"
+#include "report.h"
 #include "slab.h"
 
 #include <string.h>
@@ -97,17 +98,9 @@ static void out_str(out_t *o, const char *s) {
 
 /* Unsigned decimal, right-aligned in width characters (0: no padding). */
 static void out_num(out_t *o, uint64_t v, int width) {
-  char tmp[24];
-  int n = 0;
-  do
-    tmp[n++] = (char)('0' + v % 10);
-  while ((v /= 10) != 0);
-  for (int pad = width - n; pad > 0; pad--)
+  char s[REPORT_DEC_MAX];
+  for (int pad = width - report_format_dec(s, v); pad > 0; pad--)
     out_str(o, " ");
-  char s[24];
-  for (int i = 0; i < n; i++)
-    s[i] = tmp[n - 1 - i];
-  s[n] = '\0';
   out_str(o, s);
 }
 
