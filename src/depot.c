@@ -86,6 +86,16 @@ mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give) {
   return full;
 }
 
+mag_t *depot_mag_new(uint32_t cap) {
+  mag_t *m = meta_alloc(&mag_pools[mag_pool_index(cap)]);
+  if (m) m->cap = cap;
+  return m;
+}
+
+uint32_t depot_cap(cache_t *cp) {
+  return __atomic_load_n(&cp->depot.cap, __ATOMIC_RELAXED);
+}
+
 mag_t *depot_empty_mag(cache_t *cp) {
   depot_t *d = &cp->depot;
   depot_lock(d);
@@ -93,10 +103,8 @@ mag_t *depot_empty_mag(cache_t *cp) {
   uint32_t cap = d->cap;
   lock_release(&d->lock);
   if (m && m->cap == cap) return m;
-  if (m) mag_destroy(m); /* made before the depot grew its magazines */
-  m = meta_alloc(&mag_pools[mag_pool_index(cap)]);
-  if (m) m->cap = cap;
-  return m;
+  if (m) mag_destroy(m); /* made before the depot grew its magazines, or a thread's first */
+  return depot_mag_new(cap);
 }
 
 mag_t *depot_free_exchange(cache_t *cp, mag_t *give) {
@@ -144,7 +152,8 @@ void depot_reap(cache_t *cp, bool everything) {
     push(&empties, &junk, pop(&d->empty, &d->nempty, &none));
   d->full_min = d->nfull;
   d->empty_min = d->nempty;
-  if (d->contended > DEPOT_GROW_CONTENDED && d->cap < d->cap_max) d->cap *= 2;
+  if (d->contended > DEPOT_GROW_CONTENDED && d->cap < d->cap_max)
+    __atomic_store_n(&d->cap, d->cap * 2, __ATOMIC_RELAXED); /* depot_cap reads it unlocked */
   d->contended = 0;
   lock_release(&d->lock);
   for (mag_t *m; (m = pop(&fulls, &junk, &none)) != NULL;) {

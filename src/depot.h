@@ -12,6 +12,10 @@ mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give);
 /* An empty magazine in exchange for `give` (a full one); NULL (nothing kept) if none can be made.
  */
 mag_t *depot_free_exchange(cache_t *cp, mag_t *give);
+/* A new empty magazine of cap rounds (a power of two up to 256), NULL when out of memory. */
+mag_t *depot_mag_new(uint32_t cap);
+/* The size of the magazines the depot makes now (read without its lock). */
+uint32_t depot_cap(cache_t *cp);
 /* An empty magazine of the current size, NULL when out of memory. */
 mag_t *depot_empty_mag(cache_t *cp);
 /* Takes a thread's magazine for good (thread exit, trim): kept if it holds rounds. */

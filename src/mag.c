@@ -22,9 +22,10 @@
  *   5. Held bytes: objects handed to threads (in their magazines or live) are counted at each
  *      magazine movement, a close upper bound of live bytes kept without any fast-path cost.
  *   6. Slow start: a magazine refilled from the slab layer takes MAG_FILL_START objects the first
- *      time and twice as many each time after, up to its size. A thread that allocates a few
- *      objects of a class (hundreds of mostly idle threads) so reserves a few, not a magazine
- *      full, and threads sharing a slab share its pages.
+ *      time and twice as many each time after, up to its size; a thread's first magazine of a
+ *      class holds only MAG_FILL_START rounds and is traded for a full-size one once outgrown.
+ *      A thread that allocates a few objects of a class (hundreds of mostly idle threads) so
+ *      reserves a few objects and a few words, and threads sharing a slab share its pages.
  *   7. Reaping: the slow path runs the periodic reap (cache.c) at most once per reap_ms.
  *   Lock order: mag_registry_lock, then depot locks, then slab locks.
  */
@@ -102,9 +103,16 @@ static void *mag_alloc_miss(cache_t *cp, tclass_t *t) {
       t->prev = l;
       t->loaded = l = full;
     } else {
-      if (l == &mag_empty) {
-        if (!(l = depot_empty_mag(cp))) return NULL;
+      if (l == &mag_empty) { /* a first magazine as small as the first refill */
+        if (!(l = depot_mag_new(MAG_FILL_START))) return NULL;
         t->loaded = l;
+      } else if (l->fill > l->cap && l->cap < depot_cap(cp)) { /* outgrown: a full-size one */
+        mag_t *big = depot_empty_mag(cp);
+        if (big) {
+          big->fill = l->fill;
+          depot_put(cp, l);
+          t->loaded = l = big;
+        }
       }
       uint32_t fill = l->fill < MAG_FILL_START ? MAG_FILL_START : l->fill;
       fill = fill < l->cap ? fill : l->cap;
