@@ -90,7 +90,7 @@ static size_t block_size(void *p, uintptr_t *entry, const char *what) {
   uintptr_t a = (uintptr_t)p, e = pagemap_get(a), tag = e & PM_TAG_MASK;
   *entry = e;
   if (tag >= 1 && tag <= SC_COUNT) {
-    if (!sc_is_object_start((unsigned)tag, (uint32_t)(a & sc_info[tag].span_mask)))
+    if (!sc_is_object_start((unsigned)tag, a))
       report_heap_error(what, p, "interior pointer, not the start of a block");
     if (*(uintptr_t *)p == (a ^ mag_secret)) report_heap_error(what, p, "block already freed");
     return sc_info[tag].size;

@@ -65,8 +65,7 @@ static inline int fast_free_try(void *p) {
   unsigned c = (unsigned)(e & PM_TAG_MASK);
   if (MP_LIKELY(c - 1u < SC_COUNT)) {
     uintptr_t marker = a ^ mag_secret;
-    if (MP_LIKELY(sc_is_object_start(c, (uint32_t)(a & sc_info[c].span_mask)) &&
-                  *(uintptr_t *)p != marker)) {
+    if (MP_LIKELY(sc_is_object_start(c, a) && *(uintptr_t *)p != marker)) {
       tclass_t *tcl = &mag_tls->cls[c];
       mag_t *m = tcl->loaded;
       uint32_t n = m->n;

@@ -198,7 +198,7 @@ void *mag_malloc(unsigned c, size_t size) {
 
 void mag_free(unsigned c, void *p) {
   uintptr_t a = (uintptr_t)p;
-  if (!sc_is_object_start(c, (uint32_t)(a & sc_info[c].span_mask)))
+  if (!sc_is_object_start(c, a))
     report_heap_error("invalid free", p, "interior pointer, not the start of a block");
   if (*(uintptr_t *)p == (a ^ mag_secret))
     report_heap_error("double free", p, "block already free");

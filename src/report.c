@@ -55,22 +55,8 @@ static int report_out(void) {
   int state = __atomic_load_n(&report_log_state, __ATOMIC_ACQUIRE);
   if (state == LOG_OPEN) return report_log_fd;
   if (state == LOG_STDERR) return 2;
-  char path[sizeof report_log_path + 16];
-  size_t len = 0;
-  for (const char *s = report_log_path; *s && len < sizeof path - 12; s++) {
-    if (s[0] == '%' && s[1] == 'p') {
-      char digits[12];
-      int n = 0;
-      for (unsigned v = (unsigned)os_getpid(); v || n == 0; v /= 10)
-        digits[n++] = (char)('0' + v % 10);
-      while (n > 0)
-        path[len++] = digits[--n];
-      s++;
-    } else {
-      path[len++] = *s;
-    }
-  }
-  path[len] = '\0';
+  char path[sizeof report_log_path + REPORT_DEC_MAX];
+  report_expand_pid(path, sizeof path, report_log_path);
   int fd = os_open_write(path);
   int expected = LOG_PENDING;
   if (fd >= 0) {
@@ -118,6 +104,19 @@ int report_format_dec(char out[REPORT_DEC_MAX], uint64_t v) {
     out[i] = tmp[n - 1 - i];
   out[n] = '\0';
   return n;
+}
+
+void report_expand_pid(char *out, size_t cap, const char *pattern) {
+  size_t len = 0;
+  for (const char *s = pattern; *s && len + REPORT_DEC_MAX < cap; s++) {
+    if (s[0] == '%' && s[1] == 'p') {
+      len += (size_t)report_format_dec(out + len, (uint64_t)os_getpid());
+      s++;
+    } else {
+      out[len++] = *s;
+    }
+  }
+  out[len] = '\0';
 }
 
 void report_dec(report_buf_t *b, size_t v) {

@@ -33,6 +33,9 @@ void report_dec(report_buf_t *b, size_t v);
 /* v in decimal, NUL-terminated, into out; returns the digit count. For every report writer. */
 #define REPORT_DEC_MAX 24
 int report_format_dec(char out[REPORT_DEC_MAX], uint64_t v);
+/* pattern with every "%p" replaced by the pid, into out (cap bytes, NUL-terminated; cut short
+   rather than overflow). For the log and statistics file names. */
+void report_expand_pid(char *out, size_t cap, const char *pattern);
 void report_flush(report_buf_t *b);
 /* The calling code's return addresses, magpie's own leading frames left out; returns how many
    (at most max). Allocates nothing and takes no magpie lock. */

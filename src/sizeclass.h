@@ -32,9 +32,11 @@ static inline unsigned sc_of(size_t size) {
   return 8u + (k - 7u) * 8u + (unsigned)((size - 1) >> (k - 3)) - 7u;
 }
 
-/* True when off is a multiple of class c's object size (off < 2^32). */
-static inline int sc_is_object_start(unsigned c, uint32_t off) {
-  return (uint64_t)off * sc_info[c].div_magic <= sc_info[c].div_magic - 1;
+/* True when address a, inside a slab of class c, is the start of an object: its offset in the
+   span (spans are aligned to their size) is a multiple of the object size. */
+static inline int sc_is_object_start(unsigned c, uintptr_t a) {
+  uint64_t off = (uint32_t)(a & sc_info[c].span_mask);
+  return off * sc_info[c].div_magic <= sc_info[c].div_magic - 1;
 }
 
 #endif

@@ -229,22 +229,8 @@ void stats_at_exit(void) {
   if (opt.stats == OPT_STATS_OFF) return;
   int fd = 2;
   if (opt.stats_file[0]) {
-    char path[sizeof opt.stats_file + 16];
-    size_t n = 0;
-    for (const char *s = opt.stats_file; *s && n < sizeof path - 12; s++) {
-      if (s[0] == '%' && s[1] == 'p') {
-        char digits[12];
-        int k = 0;
-        for (unsigned pid = (unsigned)os_getpid(); pid || k == 0; pid /= 10)
-          digits[k++] = (char)('0' + pid % 10);
-        while (k > 0)
-          path[n++] = digits[--k];
-        s++;
-      } else {
-        path[n++] = *s;
-      }
-    }
-    path[n] = '\0';
+    char path[sizeof opt.stats_file + REPORT_DEC_MAX];
+    report_expand_pid(path, sizeof path, opt.stats_file);
     if ((fd = os_open_write(path)) < 0) return;
   }
   stats_write(fd, opt.stats == OPT_STATS_JSON ? MAGPIE_STATS_JSON : MAGPIE_STATS_TEXT);
