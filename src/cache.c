@@ -16,8 +16,9 @@
  *      reaps; after that a background thread (the reaper) does, so that memory also goes back
  *      while the program is idle: when no slow path has run for REAPER_IDLE_TICKS intervals,
  *      it purges every dirty page. Small programs never get the thread (a thread of its own can
- *      surprise a program: unshare(CLONE_NEWUSER) needs a single-threaded process); option
- *      reaper=0 keeps it away altogether. cache_trim gives back everything free at once.
+ *      surprise a program: unshare(CLONE_NEWUSER) needs a single-threaded process), nor does
+ *      the child of a multithreaded fork; option reaper=0 keeps it away altogether.
+ *      cache_trim gives back everything free at once.
  *   4. Object-cache ids index the threads' slot tables (mag.c); ids are reused after destroy.
  *   Lock order (fork takes them all in this order): the statistics lock (stats.c),
  *   cache_list_lock, mag_registry_lock, each
@@ -54,12 +55,12 @@ static bool cache_id_used[MAG_CACHE_SLOTS]; /* (cache_list_lock) */
 static meta_pool_t cache_pool = META_POOL(sizeof(cache_t));
 static uint64_t cache_last_reap; /* os_now_ns of the last reap (atomic) */
 static uint64_t cache_last_slow; /* os_now_ns of a recent slow path (atomic) */
-static int reaper_state;         /* REAPER_NONE, _RUNNING or _FAILED (atomic) */
+static int reaper_state;         /* REAPER_NONE, _RUNNING or _INLINE (atomic) */
 
 #define REAPER_START_BYTES ((size_t)32 << 20) /* heaps smaller than this never get a thread */
 #define REAP_TICK_MISSES 8  /* magazine misses per look at the clock, per thread */
 #define REAPER_IDLE_TICKS 2 /* quiet intervals before every dirty page goes */
-enum { REAPER_NONE, REAPER_RUNNING, REAPER_FAILED };
+enum { REAPER_NONE, REAPER_RUNNING, REAPER_INLINE }; /* _INLINE: slow paths reap, no thread */
 
 static uint32_t pow2_floor(size_t v) {
   return v ? (uint32_t)1 << (63 - __builtin_clzl(v)) : 0;
@@ -120,7 +121,7 @@ static void reaper_start(void) {
   if (__atomic_compare_exchange_n(&reaper_state, &expected, REAPER_RUNNING, false, __ATOMIC_RELAXED,
                                   __ATOMIC_RELAXED) &&
       !os_thread_start(reaper_main, "magpie-reaper"))
-    __atomic_store_n(&reaper_state, REAPER_FAILED, __ATOMIC_RELAXED); /* reap in slow paths */
+    __atomic_store_n(&reaper_state, REAPER_INLINE, __ATOMIC_RELAXED);
 }
 
 void cache_reap_tick(void) {
@@ -279,8 +280,10 @@ void cache_fork_child(void) {
   meta_fork_child();
   lock_init(&heap_arena.lock);
   cache_for_all(cache_init_locks);
-  mag_fork_child();
-  if (reaper_state == REAPER_RUNNING) /* threads are not copied by fork */
-    reaper_state = REAPER_NONE;
+  /* Threads are not copied by fork. The child of a multithreaded process may only call
+     async-signal-safe functions until it execs (POSIX; ThreadSanitizer kills it otherwise), so
+     there magpie starts no thread of its own: its slow paths reap instead. */
+  bool others = mag_fork_child();
+  if (others || reaper_state == REAPER_RUNNING) reaper_state = REAPER_INLINE;
   lock_init(&cache_list_lock);
 }

@@ -323,17 +323,23 @@ void mag_fork_parent(void) {
 }
 
 /* In the child only the forking thread exists: the other threads' caches are gone with them
-   (their magazines are leaked, bounded by their size), and the registry holds just this one. */
-void mag_fork_child(void) {
+   (their magazines are leaked, bounded by their size), and the registry holds just this one.
+   Returns whether there were such threads. */
+bool mag_fork_child(void) {
   lock_init(&mag_registry_lock);
   tcache_t *self = mag_tls;
+  bool others = false;
   for (tcache_t *tc = mag_registry.next, *next; tc != &mag_registry; tc = next) {
     next = tc->next;
-    if (tc != self) mag_fold(&mag_exited, tc);
+    if (tc != self) {
+      mag_fold(&mag_exited, tc);
+      others = true;
+    }
   }
   mag_registry.next = mag_registry.prev = &mag_registry;
   if (self != &tcache_boot && self != &tcache_dead) {
     self->next = self->prev = &mag_registry;
     mag_registry.next = mag_registry.prev = self;
   }
+  return others;
 }

@@ -73,6 +73,6 @@ void mag_totals(mag_totals_t *out);
 
 void mag_fork_prepare(void);
 void mag_fork_parent(void);
-void mag_fork_child(void);
+bool mag_fork_child(void); /* true: other threads had caches */
 
 #endif

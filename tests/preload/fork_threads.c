@@ -7,6 +7,11 @@
  * and exec). Each child allocates blocks of every kind, starts a thread that does the same, checks
  * the contents, and exits normally (running the allocator's exit work). A child that deadlocks is
  * killed by its alarm; any child that does not exit with status 0 fails the test.
+ *
+ * The parent holds HELD_BYTES, enough for the allocator to run a background thread. A child of a
+ * multithreaded process may only call async-signal-safe functions until it execs, so the
+ * allocator must not start a thread of its own there: each child checks that, after allocating,
+ * it is still its only thread.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -24,6 +29,8 @@
 #define CHILDREN 60
 #define CHILD_ALARM_S 20 /* a child still running after this is deadlocked */
 #define SLOTS 256
+#define HELD_BYTES ((size_t)48 << 20)
+#define HELD_BLOCK 4096
 
 static atomic_int stop_workers;
 
@@ -98,9 +105,26 @@ static void *child_thread(void *arg) {
   return (void *)(uintptr_t)churn((uint64_t)(uintptr_t)arg, 5000);
 }
 
+/* The number of threads in this process, from /proc/self/status; -1 if unreadable. */
+static int thread_count(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == NULL) return -1;
+  char line[256];
+  int n = -1;
+  while (fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "Threads: %d", &n) == 1) break;
+  fclose(f);
+  return n;
+}
+
 static int child_main(int index) {
   alarm(CHILD_ALARM_S);
   unsigned long bad = churn((uint64_t)index * 7919 + 1, 5000);
+  int threads = thread_count();
+  if (threads != 1) {
+    fprintf(stderr, "fork_threads: child %d has %d threads before starting any\n", index, threads);
+    return 6;
+  }
   pthread_t t;
   if (pthread_create(&t, NULL, child_thread, (void *)(uintptr_t)(index + 1)) != 0) return 3;
   void *result = NULL;
@@ -122,6 +146,9 @@ int main(void) {
             getenv("LD_PRELOAD") ? getenv("LD_PRELOAD") : "(unset)");
     return 1;
   }
+  static void *held[HELD_BYTES / HELD_BLOCK];
+  for (size_t i = 0; i < HELD_BYTES / HELD_BLOCK; i++)
+    if ((held[i] = malloc(HELD_BLOCK)) == NULL) return 1;
   pthread_t workers[WORKERS];
   for (int i = 0; i < WORKERS; i++)
     if (pthread_create(&workers[i], NULL, worker, (void *)(uintptr_t)(i + 1)) != 0) {
@@ -159,6 +186,8 @@ int main(void) {
       failures++;
     }
   }
+  for (size_t i = 0; i < HELD_BYTES / HELD_BLOCK; i++)
+    free(held[i]);
   atomic_store(&stop_workers, 1);
   for (int i = 0; i < WORKERS; i++) {
     void *bad = NULL;
