@@ -24,6 +24,7 @@ options_t opt = {
     .reap_ms = 1000,       /* Bonwick's update interval was 15 s; allocation bursts are faster */
     .retain = 64u << 20,   /* free memory kept between reaps: reuse beats fresh pages */
     .large_own = 1u << 20, /* above this, own mappings: freeing gives the pages back at once */
+    .calloc_populate = 64u << 20, /* bigger zeroed blocks may be sparse: leave them lazy */
     .reaper = 1,
 };
 
@@ -42,6 +43,7 @@ static const opt_entry_t opt_table[] = {
     {"reap_ms", OPT_SIZE, offsetof(options_t, reap_ms)},
     {"retain", OPT_SIZE, offsetof(options_t, retain)},
     {"large_own", OPT_SIZE, offsetof(options_t, large_own)},
+    {"calloc_populate", OPT_SIZE, offsetof(options_t, calloc_populate)},
     {"reaper", OPT_SIZE, offsetof(options_t, reaper)},
     {"sample", OPT_SIZE, offsetof(options_t, sample)},
 };

@@ -9,14 +9,15 @@
 #define OPT_STATS_JSON 2
 
 typedef struct options {
-  size_t stats;         /* report at exit: OPT_STATS_OFF, _TEXT or _JSON */
-  char stats_file[256]; /* report path ("%p" becomes the pid); empty = stderr */
-  size_t mag_rounds;    /* initial magazine size for every class; 0 = per-class default */
-  size_t reap_ms;       /* how often depots and arenas give back what was not needed */
-  size_t retain;        /* free bytes an arena keeps mapped (dirty) between reaps */
-  size_t large_own;     /* blocks of at least this size get their own mapping */
-  size_t sample;        /* about one small allocation in this many gets a guard page; 0 off */
-  size_t reaper;        /* 1: a background thread reaps once the heap is big (cache.c) */
+  size_t stats;           /* report at exit: OPT_STATS_OFF, _TEXT or _JSON */
+  char stats_file[256];   /* report path ("%p" becomes the pid); empty = stderr */
+  size_t mag_rounds;      /* initial magazine size for every class; 0 = per-class default */
+  size_t reap_ms;         /* how often depots and arenas give back what was not needed */
+  size_t retain;          /* free bytes an arena keeps mapped (dirty) between reaps */
+  size_t large_own;       /* blocks of at least this size get their own mapping */
+  size_t calloc_populate; /* calloc maps fresh pages of blocks up to this size at once */
+  size_t sample;          /* about one small allocation in this many gets a guard page; 0 off */
+  size_t reaper;          /* 1: a background thread reaps once the heap is big (cache.c) */
 } options_t;
 
 extern options_t opt;

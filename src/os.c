@@ -85,6 +85,10 @@ void os_purge(void *p, size_t size) {
   madvise(p, size, MADV_DONTNEED);
 }
 
+void os_populate(void *p, size_t size) {
+  madvise(p, size, MADV_POPULATE_WRITE); /* Linux 5.14; before, or short of memory: lazy */
+}
+
 bool os_protect(void *p, size_t size, bool accessible) {
   return mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0;
 }

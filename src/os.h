@@ -15,7 +15,8 @@ void *os_map_aligned(size_t size, size_t align); /* align: a power of two >= OS_
 void os_unmap(void *p, size_t size);
 /* Resizes a mapping, moving it if it must (page tables move, not bytes); NULL on failure. */
 void *os_remap(void *p, size_t old_size, size_t new_size);
-void os_purge(void *p, size_t size); /* contents become zero, pages go back to the kernel */
+void os_purge(void *p, size_t size);    /* contents become zero, pages go back to the kernel */
+void os_populate(void *p, size_t size); /* maps zeroed pages now; may do nothing */
 /* Makes pages readable and writable, or inaccessible (guard pages); false on failure. */
 bool os_protect(void *p, size_t size, bool accessible);
 size_t os_mapped_bytes(void);

@@ -23,11 +23,14 @@
  *   6. A request that finds no free space imports import_min bytes, or, flagged VMEM_OWN, a
  *      span of exactly its size. An allocation that fills its whole span is resized by the
  *      parent when it can remap (mremap for the heap arena): page tables move, not bytes, so
- *      growing a big block step by step costs no copying.
- *   7. Memory goes back: a wholly free span is released to the parent when more than `retain`
- *      bytes of the arena are free; below that it stays for the next requests (a fresh mapping
- *      costs a page fault per page touched, reuse costs none). Free
- *      segments are "dirty" until purged (MADV_DONTNEED through the OS) by vmem_reap; purged and
+ *      growing a big block step by step costs no copying. Where the parent can remap, a
+ *      VMEM_OWN request that no free segment fits first regrows the largest wholly free span
+ *      to its size: that span's pages are resident and only the difference is fresh.
+ *   7. Memory goes back: a wholly free span is released to the parent when the arena's free
+ *      bytes exceed both `retain` and its bytes in use; below that it stays for the next
+ *      requests (a fresh mapping costs a page fault per page touched, reuse costs none). A
+ *      busy heap thus reuses its own pages; an idle one is purged by vmem_reap. Free segments
+ *      are "dirty" until purged (MADV_DONTNEED through the OS) by vmem_reap; purged and
  *      never-touched memory is "clean" and reads as zero, which callers may use to skip memset.
  *   8. One lock per arena protects everything; it is taken after slab locks and before the
  *      metadata pool's and the OS's (which take none). Segment tags come from a metadata pool.
@@ -160,6 +163,19 @@ static vmem_seg_t *seg_split(vmem_seg_t *s, size_t offset) {
 
 /* ---- finding space ---- */
 
+/* Resizes the span that segment s fills (neither listed nor hashed now) through the parent;
+   false, with nothing changed, if the parent cannot. */
+static bool span_remap(vmem_t *vm, vmem_seg_t *s, size_t new_size) {
+  vmem_seg_t *marker = s->aprev;
+  void *moved = vm->remap(vm->source, (void *)s->start, s->size, new_size);
+  if (!moved) return false;
+  vm->imported += new_size - s->size;
+  marker->start = s->start = (uintptr_t)moved;
+  marker->size = s->size = new_size;
+  s->clean = 0;
+  return true;
+}
+
 static bool seg_fits(const vmem_seg_t *s, size_t size, size_t align) {
   uintptr_t start = (s->start + align - 1) & ~(uintptr_t)(align - 1);
   return start >= s->start && start - s->start + size <= s->size;
@@ -188,6 +204,31 @@ static vmem_seg_t *vmem_find(vmem_t *vm, size_t size, size_t align) {
   unsigned want = vmem_log2(size) + ((size & (size - 1)) != 0);
   uint64_t above = want < VMEM_LISTS ? vm->free_map & (~(uint64_t)0 << want) : 0;
   return above ? vm->free_list[__builtin_ctzll(above)] : NULL;
+}
+
+static bool whole_span(const vmem_seg_t *s) {
+  return s->aprev->type == VMEM_SPAN && s->aprev->size == s->size;
+}
+
+/* For a VMEM_OWN request that no free segment fits: the largest wholly free span (of those a
+   bounded search sees), remapped to size and listed again; NULL if there is none. */
+static vmem_seg_t *span_regrow(vmem_t *vm, size_t size) {
+  vmem_seg_t *best = NULL;
+  int budget = VMEM_SEARCH_MAX;
+  for (unsigned i = vmem_log2(size) + 1; i-- > 0 && !best && budget > 0;)
+    for (vmem_seg_t *s = vm->free_list[i]; s && budget-- > 0; s = s->lnext)
+      if (whole_span(s) && (!best || s->size > best->size)) best = s;
+  if (!best) return NULL;
+  free_remove(vm, best);
+  size_t old = best->size;
+  bool was_clean = best->clean;
+  if (!span_remap(vm, best, size)) {
+    free_insert(vm, best);
+    return NULL;
+  }
+  vm->dirty += was_clean ? size : size - old; /* resident or not, it is no longer known zero */
+  free_insert(vm, best);
+  return best;
 }
 
 static bool vmem_import(vmem_t *vm, size_t size, size_t align, bool own) {
@@ -228,6 +269,7 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   }
   if (!vm->hash && !hash_grow(vm)) goto fail;
   vmem_seg_t *s = vmem_find(vm, size, align);
+  if (!s && own && align == q && vm->remap) s = span_regrow(vm, size);
   if (!s) { /* the new span is aligned and large enough: its free segment is last */
     if (!vmem_import(vm, size, align, own)) goto fail;
     s = vm->segs.aprev;
@@ -303,9 +345,8 @@ static void seg_free(vmem_t *vm, vmem_seg_t *s) {
   vm->dirty += s->size;
   s->clean = 0;
   s = coalesce(vm, s);
-  vmem_seg_t *marker = s->aprev;
-  bool whole = marker->type == VMEM_SPAN && marker->size == s->size;
-  if (whole && vm->imported - vm->in_use > vm->retain && span_release(vm, s)) return;
+  size_t keep = vm->retain > vm->in_use ? vm->retain : vm->in_use;
+  if (whole_span(s) && vm->imported - vm->in_use > keep && span_release(vm, s)) return;
   free_insert(vm, s);
 }
 
@@ -326,21 +367,6 @@ void vmem_free(vmem_t *vm, void *addr, size_t size) {
   lock_release(&vm->lock);
 }
 
-/* Resizes the span that s fills, through the parent; the new start, or NULL. */
-static void *span_remap(vmem_t *vm, vmem_seg_t *s, size_t new_size) {
-  vmem_seg_t *marker = s->aprev;
-  void *moved = vm->remap(vm->source, (void *)s->start, s->size, new_size);
-  if (!moved) return NULL;
-  hash_remove(vm, s);
-  vm->imported += new_size - s->size;
-  vm->in_use += new_size - s->size;
-  marker->start = s->start = (uintptr_t)moved;
-  marker->size = s->size = new_size;
-  s->clean = 0;
-  hash_insert(vm, s);
-  return moved;
-}
-
 void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
   size_t q = vm->quantum;
   old_size = (old_size + q - 1) & ~(q - 1);
@@ -352,9 +378,13 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
   if (!s || s->size != old_size)
     report_fatal("vmem_resize of a range the arena did not allocate", addr, old_size);
   void *result = NULL;
-  vmem_seg_t *marker = s->aprev;
-  if (vm->remap && marker->type == VMEM_SPAN && marker->size == s->size) {
-    result = span_remap(vm, s, new_size);
+  if (vm->remap && whole_span(s)) {
+    hash_remove(vm, s);
+    if (span_remap(vm, s, new_size)) {
+      vm->in_use += new_size - old_size;
+      result = (void *)s->start;
+    }
+    hash_insert(vm, s);
   } else if (new_size < old_size) {
     vmem_seg_t *tail = seg_split(s, new_size); /* an ALLOC tag outside the hash */
     if (tail) {
@@ -396,7 +426,7 @@ size_t vmem_reap(vmem_t *vm, size_t keep_dirty, bool release_spans) {
     vmem_seg_t *s = vm->free_list[i];
     while (s) {
       vmem_seg_t *next = s->lnext;
-      if (release_spans && s->aprev->type == VMEM_SPAN && s->aprev->size == s->size) {
+      if (release_spans && whole_span(s)) {
         free_remove(vm, s);
         given += s->size;
         span_release(vm, s);
