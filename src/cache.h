@@ -33,6 +33,7 @@ typedef struct depot {
   uint32_t cap_max;
   uint64_t contended; /* lock_try failures since the last reap */
   uint64_t exchanges; /* magazine exchanges, ever (statistics) */
+  uint64_t hot_since; /* os_now_ns when the current DEPOT_HOT_EXCHANGES began */
 } depot_t;
 
 typedef struct cache {

@@ -9,9 +9,13 @@
  *      full one for an empty one when freeing. So a thread reaches the depot at most once per
  *      `cap` operations, and producer/consumer pairs pass whole magazines through it: the
  *      consumer's frees become the producer's allocations, nothing is stranded.
- *   2. Contention: every exchange first tries the lock; failures are counted, and at the next
+ *   2. Growth: every exchange first tries the lock; failures are counted, and at the next
  *      reap a depot that saw more than DEPOT_GROW_CONTENDED of them doubles the size of the
- *      magazines it makes from then on, up to cap_max, which halves its lock traffic.
+ *      magazines it makes from then on, up to cap_max, which halves its lock traffic. A depot
+ *      that trades DEPOT_HOT_EXCHANGES magazines within DEPOT_HOT_NS doubles them at once,
+ *      contended or not: an exchange costs about two allocations, and a class that hot (one
+ *      thread churning big blocks through 2-round magazines) would spend as much on trips to
+ *      the depot as on the objects themselves.
  *   3. Working set: full_min and empty_min record the lowest list lengths since the last reap;
  *      that many magazines were not needed during the interval, so depot_reap returns exactly
  *      those to the slab layer (their rounds) and to the metadata pool (the magazines).
@@ -23,10 +27,13 @@
  */
 #include "depot.h"
 #include "meta.h"
+#include "os.h"
 #include "slab.h"
 
 #define DEPOT_GROW_CONTENDED 16 /* failed try-locks per reap interval that justify larger mags */
 #define DEPOT_FULL_BYTES_MAX ((size_t)2 << 20) /* objects a depot keeps in full magazines */
+#define DEPOT_HOT_EXCHANGES 256                /* a power of two */
+#define DEPOT_HOT_NS 10000000u                 /* 10 ms: 25,600 exchanges a second */
 #define MAG_POOLS 9                            /* magazine capacities 1, 2, 4, ..., 256 */
 
 mag_t mag_empty = {0, 0, 0, NULL};
@@ -74,12 +81,25 @@ static mag_t *pop(mag_t **list, uint32_t *count, uint32_t *low) {
   return m;
 }
 
+static void depot_grow(depot_t *d) {
+  if (d->cap < d->cap_max)
+    __atomic_store_n(&d->cap, d->cap * 2, __ATOMIC_RELAXED); /* depot_cap reads it unlocked */
+}
+
+/* Counts an exchange (depot lock held); grows the magazines of a hot depot. */
+static void depot_exchanged(depot_t *d) {
+  if (++d->exchanges % DEPOT_HOT_EXCHANGES) return;
+  uint64_t now = os_now_ns();
+  if (now - d->hot_since < DEPOT_HOT_NS) depot_grow(d);
+  d->hot_since = now;
+}
+
 mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give) {
   depot_t *d = &cp->depot;
   depot_lock(d);
   mag_t *full = pop(&d->full, &d->nfull, &d->full_min);
   if (full) {
-    d->exchanges++;
+    depot_exchanged(d);
     if (give != &mag_empty) push(&d->empty, &d->nempty, give);
   }
   lock_release(&d->lock);
@@ -119,7 +139,7 @@ mag_t *depot_free_exchange(cache_t *cp, mag_t *give) {
   mag_t *m = pop(&d->empty, &d->nempty, &d->empty_min);
   if (m && m->cap == d->cap) { /* the common case: one trip */
     push(&d->full, &d->nfull, give);
-    d->exchanges++;
+    depot_exchanged(d);
     lock_release(&d->lock);
     return m;
   }
@@ -152,8 +172,7 @@ void depot_reap(cache_t *cp, bool everything) {
     push(&empties, &junk, pop(&d->empty, &d->nempty, &none));
   d->full_min = d->nfull;
   d->empty_min = d->nempty;
-  if (d->contended > DEPOT_GROW_CONTENDED && d->cap < d->cap_max)
-    __atomic_store_n(&d->cap, d->cap * 2, __ATOMIC_RELAXED); /* depot_cap reads it unlocked */
+  if (d->contended > DEPOT_GROW_CONTENDED) depot_grow(d);
   d->contended = 0;
   lock_release(&d->lock);
   for (mag_t *m; (m = pop(&fulls, &junk, &none)) != NULL;) {

@@ -21,7 +21,8 @@ mag_t *depot_empty_mag(cache_t *cp);
 /* Takes a thread's magazine for good (thread exit, trim): kept if it holds rounds. */
 void depot_put(cache_t *cp, mag_t *m);
 /* Returns to the slab layer what the working set did not need since the last reap (all of
-   it when everything), and grows the magazine size if the depot lock was contended. */
+   it when everything), and grows the magazine size if the depot lock was contended. (A hot
+   depot grows its magazines as it exchanges them.) */
 void depot_reap(cache_t *cp, bool everything);
 
 #endif

@@ -3,7 +3,8 @@
  *   - every class hands out aligned, disjoint objects; slab invariants hold (slab_check);
  *     after freeing everything and trimming, every slab and span is gone;
  *   - cross-thread frees (producer allocates, consumer frees, consumer exits) strand nothing;
- *   - the depot returns exactly the unneeded working set, and grows magazines on contention;
+ *   - the depot returns exactly the unneeded working set, and grows magazines on contention
+ *     and when it trades them fast;
  *   - object caches construct on entry and destruct only when memory goes back.
  */
 #include "cache.h"
@@ -122,6 +123,22 @@ int main(void) {
   UCHECK(cp->depot.cap == 2 * cap || cp->depot.cap == cp->depot.cap_max);
   mag_t *m = depot_empty_mag(cp);
   UCHECK(m && m->cap == cp->depot.cap && m->n == 0);
+  depot_put(cp, m);
+
+  /* 5. a depot trading magazines fast grows them without contention (it checks its rate every
+     few hundred exchanges: a preempted window only delays the growth) */
+  cap = cp->depot.cap = 2;
+  m = depot_empty_mag(cp);
+  UCHECK(m && m->cap == 2);
+  for (uint32_t i = 0; i < 2; i++)
+    m->rounds[m->n++] = magpie_cache_alloc((magpie_cache_t *)cp, MAGPIE_DEFAULT);
+  for (int i = 0; i < 1 << 16 && cp->depot.cap == cap; i++) {
+    mag_t *empty = depot_free_exchange(cp, m); /* m goes in full */
+    UCHECK(empty && empty->n == 0);
+    m = depot_alloc_exchange(cp, empty);
+    UCHECK(m && m->n == 2);
+  }
+  UCHECK(cp->depot.cap == 2 * cap);
   depot_put(cp, m);
 
   magpie_cache_destroy((magpie_cache_t *)cp);
