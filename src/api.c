@@ -132,12 +132,16 @@ MAGPIE_EXPORT void *magpie_realloc(void *p, size_t size) {
   uintptr_t e;
   size_t old = block_size(p, &e, "invalid realloc");
   uintptr_t tag = e & PM_TAG_MASK;
-  if (tag != PM_TAG_LARGE && size <= SC_SMALL_MAX && sc_of(size) == tag) return p;
+  /* Hysteresis: a block shrunk by less than a quarter stays; one that grows, grows by a
+     quarter at least, so that a string appended to piece by piece moves or is remapped
+     O(log n) times, not at every page or size class. */
+  if (size <= old && size >= old - old / 4) return p;
+  size_t want = size > old && size - old < old / 4 ? old + old / 4 : size;
   if (tag == PM_TAG_LARGE && size > SC_SMALL_MAX) {
-    void *q = large_resize(p, e, size);
+    void *q = large_resize(p, e, want);
     if (q) return q;
   }
-  void *q = fast_malloc(size);
+  void *q = fast_malloc(want);
   if (!q) return NULL; /* errno is ENOMEM; the old block is untouched */
   memcpy(q, p, old < size ? old : size);
   fast_free(p);
