@@ -39,7 +39,7 @@
 mag_t mag_empty = {0, 0, 0, NULL};
 
 static meta_pool_t mag_pools[MAG_POOLS] = {
-#define MAG_POOL(k) META_POOL(sizeof(mag_t) + sizeof(void *) * ((size_t)1 << (k)))
+#define MAG_POOL(k) META_POOL(META_LINES(sizeof(mag_t) + sizeof(void *) * ((size_t)1 << (k))))
     MAG_POOL(0), MAG_POOL(1), MAG_POOL(2), MAG_POOL(3), MAG_POOL(4),
     MAG_POOL(5), MAG_POOL(6), MAG_POOL(7), MAG_POOL(8),
 #undef MAG_POOL

@@ -53,7 +53,7 @@ tcache_t tcache_dead = {.cls = {[0 ... SC_COUNT] = TCLASS_EMPTY}};
 __thread tcache_t *mag_tls __attribute__((tls_model("initial-exec"))) = &tcache_boot;
 uintptr_t mag_secret;
 
-static meta_pool_t tcache_pool = META_POOL(sizeof(tcache_t));
+static meta_pool_t tcache_pool = META_POOL(META_LINES(sizeof(tcache_t)));
 static pthread_key_t mag_key;
 static lock_t mag_registry_lock = LOCK_INIT;
 static tcache_t mag_registry = {.next = &mag_registry, .prev = &mag_registry};

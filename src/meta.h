@@ -16,6 +16,10 @@ typedef struct meta_pool {
   bool listed;            /* on that list (set once, under meta_pools_lock) */
 } meta_pool_t;
 
+/* The size of a record that one thread writes on its fast path (magazines, thread caches):
+   whole cache lines, so that no other thread's record shares a line with it. */
+#define META_LINES(object_size) (((object_size) + 63) & ~(size_t)63)
+
 #define META_POOL(object_size)                                                                     \
   { LOCK_INIT, (object_size), NULL, NULL, NULL, 0, NULL, false }
 

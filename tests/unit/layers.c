@@ -141,6 +141,17 @@ int main(void) {
   UCHECK(cp->depot.cap == 2 * cap);
   depot_put(cp, m);
 
+  /* 6. magazines (written by their thread on every call) never share a cache line */
+  for (uint32_t k = 1; k <= 256; k *= 2) {
+    mag_t *a = depot_mag_new(k), *b = depot_mag_new(k);
+    UCHECK(a && b && ((uintptr_t)a & 63) == 0 && ((uintptr_t)b & 63) == 0);
+    uintptr_t a_end = (uintptr_t)&a->rounds[k], b_end = (uintptr_t)&b->rounds[k];
+    UCHECK(((uintptr_t)a >= b_end || (uintptr_t)b >= a_end) &&
+           ((a_end - 1) >> 6 != (uintptr_t)b >> 6) && ((b_end - 1) >> 6 != (uintptr_t)a >> 6));
+    depot_put(cp, a);
+    depot_put(cp, b);
+  }
+
   magpie_cache_destroy((magpie_cache_t *)cp);
   UCHECK(ctor_calls == dtor_calls);
   printf("layers: ok (%d objects constructed and destructed)\n", ctor_calls);
