@@ -7,9 +7,9 @@
  *   2. Errors of the program (freeing what magpie did not hand out, freeing twice, realloc of
  *      a freed block) are reported with the address and the caller's stack, then abort: a
  *      heap error is never silently ignored.
- *   3. Alignment: every small class is a multiple of 16 and its slab span is aligned to at
- *      least 64 KiB, so an aligned request up to 32 KiB takes the first class that is a
- *      multiple of the alignment; larger alignments come from the arena's aligned allocation.
+ *   3. Alignment: every small class is a multiple of 16 and its slab span is a power of two
+ *      aligned to its size, so an aligned request up to 256 KiB takes the first class that is
+ *      a multiple of the alignment; larger alignments come from the arena's aligned allocation.
  *   4. Debug mode (debug.h): each slow path first hands the request to debug.c when debug_on;
  *      the fast path never looks, and in debug mode it always misses.
  *   Names: magpie_* here are the exported magpie API; interpose.c gives them glibc's names.
@@ -164,7 +164,7 @@ void *api_memalign(size_t align, size_t size) {
   if (size <= SC_SMALL_MAX && align <= SC_SMALL_MAX) {
     unsigned c = sc_of(size > align ? size : align);
     while (sc_info[c].size & (align - 1))
-      c++; /* the 32 KiB class is a multiple of any align */
+      c++; /* the 256 KiB class is a multiple of any align */
     return mag_malloc(c, size);
   }
   return large_alloc(size ? size : 1, align, false); /* size 0: still a unique block */

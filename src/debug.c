@@ -56,7 +56,8 @@
 #define DEBUG_PAT_REDZONE 0xfeedfaceu /* bytes around a block: any change is an overrun */
 #define DEBUG_FRONT 16                /* front redzone: one default alignment unit */
 #define DEBUG_TAIL_MIN 16             /* a block whose size fills its class still gets these */
-#define DEBUG_FILL_MAX ((size_t)64 << 10) /* redzone bytes patterned at most (huge alignments) */
+#define DEBUG_FILL_MAX ((size_t)64 << 10)  /* redzone bytes patterned at most (huge alignments) */
+#define DEBUG_GUARD_MIN ((size_t)32 << 10) /* guards: blocks above this get a guard page */
 #define DEBUG_DEPTH_DEFAULT 16 /* frames per audit stack: enough to see through wrappers */
 #define DEBUG_QUARANTINE_DEFAULT ((size_t)4 << 20) /* a few MiB: catches most stale writes */
 #define DEBUG_GRAVE_MAX 4096               /* released records kept to name late double frees */
@@ -538,7 +539,7 @@ static bool chunk_get(size_t size, size_t align, size_t front, bool guard, chunk
   if (need <= SC_SMALL_MAX && a <= SC_SMALL_MAX) {
     unsigned cls = sc_of(need);
     while (sc_info[cls].size & (a - 1))
-      cls++; /* the 32 KiB class is a multiple of any alignment up to it */
+      cls++; /* the 256 KiB class is a multiple of any alignment up to it */
     void *obj;
     if (slab_alloc(&malloc_caches[cls], &obj, 1) != 1) return false;
     c->base = (uintptr_t)obj;
@@ -714,7 +715,7 @@ void *debug_alloc(size_t size, size_t align, int kind, bool zero) {
     return NULL;
   }
   int depth = capture(stack);
-  bool guard = dopt.guards && (dopt.guards_all || size > SC_SMALL_MAX);
+  bool guard = dopt.guards && (dopt.guards_all || size > DEBUG_GUARD_MIN);
   size_t front = dopt.redzone && align <= 16 ? DEBUG_FRONT : 0;
   chunk_t c;
   uintptr_t user;

@@ -1,7 +1,7 @@
 /*
  * fastpath: malloc and free of a small block, inline. The whole common case is here.
  *
- * malloc (size <= 32 KiB): the class (one table load up to 1 KiB, a few instructions above),
+ * malloc (size <= 256 KiB): the class (one table load up to 1 KiB, a few instructions above),
  * the thread's loaded magazine, pop.
  * free: two page-map loads give the class; the pointer must be an object start (one multiply)
  * and must not carry the free marker (one load); push onto the loaded magazine.

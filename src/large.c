@@ -1,5 +1,5 @@
 /*
- * large: blocks above SC_SMALL_MAX (32 KiB) come straight from the heap arena, page granular.
+ * large: blocks above SC_SMALL_MAX (256 KiB) come straight from the heap arena, page granular.
  *
  * Theory
  *   1. The block's size lives in the page-map entry of its first page (pages << 7 | LARGE),

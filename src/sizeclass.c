@@ -2,15 +2,15 @@
  * sizeclass: the table of small object sizes.
  *
  * Theory
- *   1. Classes are 16..128 in steps of 16, then eight classes per doubling up to 32 KiB
+ *   1. Classes are 16..128 in steps of 16, then eight classes per doubling up to 256 KiB
  *      (step = 1/8 of the lower power of two). A request just above a class boundary wastes
  *      less than one step, under 12.5% of the request above 128 bytes; every class is a
  *      multiple of 16, so every object is 16-byte aligned, and power-of-two classes are
  *      naturally aligned to their size (their spans are aligned to at least the object size).
- *   2. Each class gets the smallest power-of-two slab span from 64 KiB to 512 KiB that holds at
- *      least 8 objects with at most 1/16 of the span left over; the table is in
- * docs/sizeclasses.md. (Object caches of larger objects get larger spans, still of at least 8
- * objects.)
+ *   2. Each class gets the smallest power-of-two slab span from 64 KiB to 2 MiB that holds at
+ *      least 8 objects with at most 1/16 of the span left over (at 2 MiB, less than an object);
+ *      the table is in docs/sizeclasses.md. (Object caches of larger objects get larger spans,
+ *      still of at least 8 objects.)
  *   3. The tables are filled once by sc_init, before the first request is served, then only read.
  *      Until then sc_lookup is zero (class 0), whose magazines are empty: the fast path falls
  *      into the slow path, which initialises.

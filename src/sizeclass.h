@@ -7,10 +7,10 @@
 
 #include "export.h"
 
-#define SC_COUNT 72                  /* classes are numbered 1..SC_COUNT; 0 means "none" */
-#define SC_SMALL_MAX ((size_t)32768) /* larger requests are large blocks, straight from vmem */
-#define SC_LOOKUP_MAX ((size_t)1024) /* up to here one table load finds the class */
-#define SC_SPAN_MAX ((size_t)512 << 10)
+#define SC_COUNT 96                   /* classes are numbered 1..SC_COUNT; 0 means "none" */
+#define SC_SMALL_MAX ((size_t)262144) /* larger requests are large blocks, from vmem */
+#define SC_LOOKUP_MAX ((size_t)1024)  /* up to here one table load finds the class */
+#define SC_SPAN_MAX ((size_t)2 << 20)
 
 typedef struct sc_info {
   uint32_t size;      /* object size: a multiple of 16 */
