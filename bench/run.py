@@ -862,6 +862,8 @@ def callgrind(args, allocs, outdir, machine):
             for name, _, _ in allocs]
     print()
     print(text_table(header, body))
+    if args.no_save:
+        return
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = os.path.join(outdir, "callgrind-%s.md" % stamp)
     with open(path, "w") as f:
