@@ -115,6 +115,10 @@ def plan(mode):
                            "-n", "32" if quick else "64", "-w", "5"],
                           metric=("idle_ratio", "RSS/live after idle", "lower"),
                           reps=1 if quick else 3, series=True))
+    w.append(Workload("burst", "burst", "steady live set; a burst 16x its size freed; idle 5 s",
+                      ["-t", "2", "-n", "16", "-w", "5"],
+                      metric=("idle_ratio", "RSS/live after idle", "lower"),
+                      reps=1 if quick else 3))
     for t in (256, 1024):
         w.append(Workload("idle-t%d" % t, "idle", "many mostly idle threads, small working sets",
                           ["-t", str(t), "-i", "20", "-n", "64"],

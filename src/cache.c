@@ -96,6 +96,7 @@ void cache_init(void) {
 
 /* Returns unneeded magazines (all of them when everything) and purges down to keep_dirty. */
 static size_t cache_reap(bool everything, size_t keep_dirty) {
+  mag_reclaim_idle();
   for (unsigned c = 1; c <= SC_COUNT; c++)
     depot_reap(&malloc_caches[c], everything);
   lock_acquire(&cache_list_lock);

@@ -12,10 +12,14 @@
  *      shared sentinel mag_empty (no rounds, no room). Its first allocation misses, and the
  *      miss initialises magpie and the thread; the fast path never asks "initialised?".
  *      A slot's loaded magazine is the sentinel only while its previous one is too.
- *   3. Only the owning thread touches its tcache, without locks. Others read its counters
- *      for statistics (see STAT_ADD in mag.h) and, under mag_registry_lock, take
+ *   3. Only the owning thread touches its loaded magazines, without locks. Others read its
+ *      counters for statistics (see STAT_ADD in mag.h) and, under mag_registry_lock, take
  *      an object cache's magazines when that cache is destroyed (the program guarantees the
- *      cache is no longer in use then).
+ *      cache is no longer in use then). The previous magazines, which the fast path never
+ *      touches, are guarded by the tcache's lock, taken by the owner's slow paths: the reaper
+ *      takes them from threads that have not missed for a whole reap interval
+ *      (mag_reclaim_idle), so that an idle thread holds at most its loaded magazines; a
+ *      thread asleep after freeing a burst would otherwise keep both full for ever.
  *   4. Thread exit: a pthread key destructor gives the thread's magazines to the depots, folds
  *      its counters into mag_exited and switches the thread to tcache_dead, whose misses go
  *      straight to the slab layer for whatever the rest of thread teardown allocates.
@@ -27,7 +31,7 @@
  *      A thread that allocates a few objects of a class (hundreds of mostly idle threads) so
  *      reserves a few objects and a few words, and threads sharing a slab share its pages.
  *   7. Reaping: the slow path runs the periodic reap (cache.c) at most once per reap_ms.
- *   Lock order: mag_registry_lock, then depot locks, then slab locks.
+ *   Lock order: mag_registry_lock, a tcache's lock, then depot locks, then slab locks.
  */
 #include "mag.h"
 #include "depot.h"
@@ -46,7 +50,7 @@
 
 #define TCLASS_EMPTY                                                                               \
   { &mag_empty, &mag_empty, 0, 0 }
-#define MAG_FILL_START 4 /* first refill from the slab layer: a few objects, not a magazine */
+#define MAG_FILL_START 1 /* first refill from the slab layer: one object, not a magazine */
 
 tcache_t tcache_boot = {.cls = {[0 ... SC_COUNT] = TCLASS_EMPTY}};
 tcache_t tcache_dead = {.cls = {[0 ... SC_COUNT] = TCLASS_EMPTY}};
@@ -89,15 +93,14 @@ static tcache_t *mag_self(void) {
   return tc == &tcache_boot ? mag_thread_start() : tc;
 }
 
-/* The slow paths shared by malloc classes and object caches. */
-static void *mag_alloc_miss(cache_t *cp, tclass_t *t) {
+/* The slow paths shared by malloc classes and object caches (the thread's tcache lock held). */
+static void *mag_alloc_refill(cache_t *cp, tclass_t *t) {
   mag_t *l = t->loaded, *p = t->prev;
   if (p->n > 0) { /* the previous magazine has rounds: swap */
     t->loaded = p;
     t->prev = l;
     l = p;
   } else {
-    cache_reap_tick();
     mag_t *full = depot_alloc_exchange(cp, p);
     if (full) {
       t->prev = l;
@@ -126,14 +129,13 @@ static void *mag_alloc_miss(cache_t *cp, tclass_t *t) {
 }
 
 /* Returns false when no empty magazine could be had; the caller frees to the slab itself. */
-static bool mag_free_miss(cache_t *cp, tclass_t *t, void *obj) {
+static bool mag_free_room(cache_t *cp, tclass_t *t, void *obj) {
   mag_t *l = t->loaded, *p = t->prev;
   if (p->n < p->cap) { /* the previous magazine has room: swap */
     t->loaded = p;
     t->prev = l;
     l = p;
   } else {
-    cache_reap_tick();
     size_t given = p->n * cp->size;
     mag_t *e = p == &mag_empty ? depot_empty_mag(cp) : depot_free_exchange(cp, p);
     if (!e) return false;
@@ -143,6 +145,28 @@ static bool mag_free_miss(cache_t *cp, tclass_t *t, void *obj) {
   }
   l->rounds[l->n++] = obj;
   return true;
+}
+
+/* A miss of the calling thread, whose tcache t belongs to. The periodic reap runs first, outside
+   the tcache lock: it takes other threads' tcache locks (mag_reclaim_idle). */
+static void *mag_alloc_miss(cache_t *cp, tclass_t *t) {
+  tcache_t *tc = mag_tls;
+  cache_reap_tick();
+  lock_acquire(&tc->lock);
+  tc->misses++;
+  void *obj = mag_alloc_refill(cp, t);
+  lock_release(&tc->lock);
+  return obj;
+}
+
+static bool mag_free_miss(cache_t *cp, tclass_t *t, void *obj) {
+  tcache_t *tc = mag_tls;
+  cache_reap_tick();
+  lock_acquire(&tc->lock);
+  tc->misses++;
+  bool kept = mag_free_room(cp, t, obj);
+  lock_release(&tc->lock);
+  return kept;
 }
 
 static void *mag_direct_alloc(cache_t *cp) {
@@ -270,8 +294,29 @@ void mag_cache_drain(cache_t *cp) {
 /* ---- thread exit, trim, statistics ---- */
 
 static void mag_flush(tcache_t *tc) {
+  lock_acquire(&tc->lock);
   for (unsigned c = 1; c <= SC_COUNT; c++)
     mag_give_back(&malloc_caches[c], &tc->cls[c]);
+  lock_release(&tc->lock);
+}
+
+void mag_reclaim_idle(void) {
+  lock_acquire(&mag_registry_lock);
+  for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
+    lock_acquire(&tc->lock);
+    if (tc->misses == tc->misses_seen)
+      for (unsigned c = 1; c <= SC_COUNT; c++) {
+        cache_t *cp = &malloc_caches[c];
+        mag_t *m = tc->cls[c].prev;
+        if (m == &mag_empty) continue;
+        tc->cls[c].prev = &mag_empty; /* allowed whatever the loaded one is */
+        stats_held_add(-(ptrdiff_t)(m->n * cp->size));
+        depot_put(cp, m);
+      }
+    tc->misses_seen = tc->misses;
+    lock_release(&tc->lock);
+  }
+  lock_release(&mag_registry_lock);
 }
 
 void mag_flush_self(void) {
@@ -338,6 +383,7 @@ bool mag_fork_child(void) {
   }
   mag_registry.next = mag_registry.prev = &mag_registry;
   if (self != &tcache_boot && self != &tcache_dead) {
+    lock_init(&self->lock);
     self->next = self->prev = &mag_registry;
     mag_registry.next = mag_registry.prev = self;
   }

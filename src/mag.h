@@ -40,6 +40,9 @@ typedef struct tcache {
   uint64_t bytes_requested;   /* sum of malloc sizes (small and large) */
   uint64_t large_allocs, large_frees;
   int64_t sample_left;        /* allocations until the next sampled one (sample.c) */
+  lock_t lock;                /* the previous magazines: owner's slow paths, mag_reclaim_idle */
+  uint32_t misses;            /* slow paths taken (lock) */
+  uint32_t misses_seen;       /* misses at the last mag_reclaim_idle (lock) */
   tslot_t *slots;             /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
   struct tcache *next, *prev; /* the registry of live thread caches (mag_registry_lock) */
 } tcache_t;
@@ -54,6 +57,9 @@ void mag_init(void);
 void *mag_malloc(unsigned c, size_t size); /* the slow path of class c */
 void mag_free(unsigned c, void *p);        /* the slow path, with the checks */
 void mag_thread_exit(void *tc);
+/* Takes the previous magazines of threads that have not missed since the last call (the
+   reaper's interval) and gives them to the depots. */
+void mag_reclaim_idle(void);
 /* Flushes the calling thread's magazines to the depots (malloc_trim). */
 void mag_flush_self(void);
 void mag_large_count(size_t size, int sign); /* statistics of large blocks */

@@ -5,7 +5,8 @@
  *   - cross-thread frees (producer allocates, consumer frees, consumer exits) strand nothing;
  *   - the depot returns exactly the unneeded working set, and grows magazines on contention
  *     and when it trades them fast;
- *   - object caches construct on entry and destruct only when memory goes back.
+ *   - object caches construct on entry and destruct only when memory goes back;
+ *   - the reaper takes the previous magazines of a thread idle for a whole interval.
  */
 #include "cache.h"
 #include "depot.h"
@@ -39,6 +40,34 @@ static void *consumer(void *arg) {
     magpie_free(handoff[i]);
   }
   return NULL;
+}
+
+/* An idler fills its magazines of one class by freeing, then sleeps until told to exit. */
+#define IDLER_SIZE 256
+static tcache_t *idler_cache;
+static pthread_barrier_t idler_freed, idler_done;
+
+static void *idler(void *arg) {
+  (void)arg;
+  static void *objs[400];
+  for (int i = 0; i < 400; i++)
+    UCHECK((objs[i] = magpie_malloc(IDLER_SIZE)) != NULL);
+  for (int i = 0; i < 400; i++)
+    magpie_free(objs[i]);
+  idler_cache = mag_tls;
+  pthread_barrier_wait(&idler_freed);
+  pthread_barrier_wait(&idler_done);
+  return NULL;
+}
+
+/* The idler's previous magazine of its class: its rounds, or -1 for none. */
+static int idler_prev_rounds(void) {
+  tcache_t *tc = idler_cache;
+  lock_acquire(&tc->lock);
+  mag_t *m = tc->cls[sc_of(IDLER_SIZE)].prev;
+  int n = m == &mag_empty ? -1 : (int)m->n;
+  lock_release(&tc->lock);
+  return n;
 }
 
 static int ctor_calls, dtor_calls;
@@ -154,6 +183,26 @@ int main(void) {
 
   magpie_cache_destroy((magpie_cache_t *)cp);
   UCHECK(ctor_calls == dtor_calls);
+
+  /* 7. an idle thread's previous magazines go to the depot after a quiet interval */
+  pthread_barrier_init(&idler_freed, NULL, 2);
+  pthread_barrier_init(&idler_done, NULL, 2);
+  UCHECK(pthread_create(&t, NULL, idler, NULL) == 0);
+  pthread_barrier_wait(&idler_freed);
+  cache_t *ic = &malloc_caches[sc_of(IDLER_SIZE)];
+  UCHECK(idler_prev_rounds() > 0);
+  mag_reclaim_idle(); /* the idler missed since the last look: it is not idle yet */
+  UCHECK(idler_prev_rounds() > 0);
+  lock_acquire(&ic->depot.lock);
+  uint32_t full_before = ic->depot.nfull;
+  lock_release(&ic->depot.lock);
+  mag_reclaim_idle(); /* no miss since: its previous magazine goes */
+  UCHECK(idler_prev_rounds() == -1);
+  lock_acquire(&ic->depot.lock);
+  UCHECK(ic->depot.nfull == full_before + 1);
+  lock_release(&ic->depot.lock);
+  pthread_barrier_wait(&idler_done);
+  UCHECK(pthread_join(t, NULL) == 0);
   printf("layers: ok (%d objects constructed and destructed)\n", ctor_calls);
   return 0;
 }
