@@ -6,6 +6,7 @@
  *   - the depot returns exactly the unneeded working set, and grows magazines on contention
  *     and when it trades them fast;
  *   - object caches construct on entry and destruct only when memory goes back;
+ *   - two threads' first small objects never share a cache line;
  *   - the reaper takes the previous magazines of a thread idle for a whole interval.
  */
 #include "cache.h"
@@ -68,6 +69,19 @@ static int idler_prev_rounds(void) {
   int n = m == &mag_empty ? -1 : (int)m->n;
   lock_release(&tc->lock);
   return n;
+}
+
+/* Two threads' first objects of a fresh cache of 16-byte objects, taken while both are alive. */
+static magpie_cache_t *line_cache;
+static void *line_first[2];
+static pthread_barrier_t line_both;
+
+static void *line_taker(void *arg) {
+  uintptr_t i = (uintptr_t)arg;
+  line_first[i] = magpie_cache_alloc(line_cache, MAGPIE_DEFAULT);
+  pthread_barrier_wait(&line_both);
+  magpie_cache_free(line_cache, line_first[i]);
+  return NULL;
 }
 
 static int ctor_calls, dtor_calls;
@@ -184,7 +198,19 @@ int main(void) {
   magpie_cache_destroy((magpie_cache_t *)cp);
   UCHECK(ctor_calls == dtor_calls);
 
-  /* 7. an idle thread's previous magazines go to the depot after a quiet interval */
+  /* 7. two threads' first small objects never share a cache line (active false sharing) */
+  line_cache = magpie_cache_create("line", 16, 16, NULL, NULL, NULL, 0);
+  pthread_t lt[2];
+  pthread_barrier_init(&line_both, NULL, 2);
+  for (uintptr_t i = 0; i < 2; i++)
+    UCHECK(pthread_create(&lt[i], NULL, line_taker, (void *)i) == 0);
+  for (int i = 0; i < 2; i++)
+    UCHECK(pthread_join(lt[i], NULL) == 0);
+  UCHECK(line_first[0] && line_first[1] &&
+         (uintptr_t)line_first[0] >> 6 != (uintptr_t)line_first[1] >> 6);
+  magpie_cache_destroy(line_cache);
+
+  /* 8. an idle thread's previous magazines go to the depot after a quiet interval */
   pthread_barrier_init(&idler_freed, NULL, 2);
   pthread_barrier_init(&idler_done, NULL, 2);
   UCHECK(pthread_create(&t, NULL, idler, NULL) == 0);
