@@ -5,13 +5,16 @@
  * few running at once). Allocators with per-thread caches pay for each thread's cache, partly
  * filled slabs and metadata even while the thread sleeps; per-CPU caches bound that by the CPU
  * count. The run:
- *   1. T threads (-t, e.g. 256 or 1024) start with small stacks and wait; the main thread, which
- *      has already used malloc, reads the RSS baseline (program, stacks, allocator start-up).
+ *   1. The main thread, which has already used malloc, reads the RSS baseline (program,
+ *      allocator start-up); T threads (-t, e.g. 256 or 1024) start with small stacks and wait.
  *   2. Each thread allocates a working set of -n blocks (log-uniform 16..1024 bytes), then for -i
  *      rounds replaces a quarter of them and sleeps SLEEP_US: it is mostly idle.
  *   3. All threads wait, holding their working sets; the main thread reads RSS again.
- * Reported: rss_over_live = (RSS in step 3 - baseline) / live bytes (1.0 would be perfect; the
- * excess is the allocator's per-thread overhead and fragmentation), and time for step 2.
+ * Reported: rss_over_live = (RSS in step 3 - baseline) / live bytes (the excess over 1.0 is the
+ * threads' stacks, the same for every allocator - stack_kib, RSS added by starting them, shows
+ * it - and the allocator's per-thread caches, metadata and fragmentation), and time for step 2.
+ * The baseline is taken before the threads start: an allocator that sets a thread up when it is
+ * created, rather than at its first allocation, pays for that too.
  * Blocks are checked when replaced and at the end.
  *
  *   idle [-t threads] [-i rounds] [-n blocks per thread] [-s seed]
@@ -95,9 +98,10 @@ int main(int argc, char **argv) {
   pthread_barrier_init(&b_held, NULL, (unsigned)t + 1);
   pthread_barrier_init(&b_done, NULL, (unsigned)t + 1);
 
+  size_t base = bench_rss(); /* before the threads: their start-up costs count */
   bench_spawn(tids, t, worker, jobs, sizeof(*jobs), STACK);
   pthread_barrier_wait(&b_started);
-  size_t base = bench_rss();
+  size_t started = bench_rss();
   double t0 = bench_now();
   pthread_barrier_wait(&b_go);
   pthread_barrier_wait(&b_held);
@@ -110,9 +114,10 @@ int main(int argc, char **argv) {
   bench_join(tids, t);
 
   double ratio = (double)(held > base ? held - base : 0) / (double)live;
-  printf("RESULT idle time=%.4f threads=%d live_kib=%zu rss_base_kib=%zu rss_held_kib=%zu "
-         "rss_over_live=%.3f\n",
-         secs, t, live / 1024, base / 1024, held / 1024, ratio);
+  printf("RESULT idle time=%.4f threads=%d live_kib=%zu rss_base_kib=%zu stack_kib=%zu "
+         "rss_held_kib=%zu rss_over_live=%.3f\n",
+         secs, t, live / 1024, base / 1024, (started > base ? started - base : 0) / 1024,
+         held / 1024, ratio);
   free(jobs);
   free(tids);
   return 0;
