@@ -15,9 +15,9 @@
  *   3. Only the owning thread touches its loaded magazines, without locks. Others read its
  *      counters for statistics (see STAT_ADD in mag.h) and, under mag_registry_lock, take
  *      an object cache's magazines when that cache is destroyed (the program guarantees the
- *      cache is no longer in use then). The previous magazines, which the fast path never
- *      touches, are guarded by the tcache's lock, taken by the owner's slow paths: the reaper
- *      takes them from threads that have not missed for a whole reap interval
+ *      cache is no longer in use then). The previous magazines of malloc's classes, which the
+ *      fast path never touches, are guarded by the tcache's lock, taken by the owner's slow
+ *      paths: the reaper takes them from threads that have not missed for a whole interval
  *      (mag_reclaim_idle), so that an idle thread holds at most its loaded magazines; a
  *      thread asleep after freeing a burst would otherwise keep both full for ever.
  *   4. Thread exit: a pthread key destructor gives the thread's magazines to the depots, folds
@@ -102,7 +102,8 @@ static uint32_t mag_fill_start(const cache_t *cp) {
   return low >= 64 ? 1 : (uint32_t)(64 / low);
 }
 
-/* The slow paths shared by malloc classes and object caches (the thread's tcache lock held). */
+/* The slow paths shared by malloc classes and object caches (for malloc's, under the thread's
+   tcache lock). */
 static void *mag_alloc_refill(cache_t *cp, tclass_t *t) {
   mag_t *l = t->loaded, *p = t->prev;
   if (p->n > 0) { /* the previous magazine has rounds: swap */
@@ -156,25 +157,31 @@ static bool mag_free_room(cache_t *cp, tclass_t *t, void *obj) {
   return true;
 }
 
-/* A miss of the calling thread, whose tcache t belongs to. The periodic reap runs first, outside
-   the tcache lock: it takes other threads' tcache locks (mag_reclaim_idle). */
-static void *mag_alloc_miss(cache_t *cp, tclass_t *t) {
-  tcache_t *tc = mag_tls;
+/* The lock a miss of the calling thread in cache cp takes: its tcache's for malloc's classes,
+   whose previous magazines mag_reclaim_idle takes; none for object caches, which it leaves
+   alone, and whose constructors and destructors, run by the slab layer inside the miss, may
+   call malloc and miss again. The periodic reap runs before, outside the lock: it takes other
+   threads' tcache locks. */
+static lock_t *mag_miss_begin(cache_t *cp) {
   cache_reap_tick();
+  if (cp->tag == PM_TAG_CACHE) return NULL;
+  tcache_t *tc = mag_tls;
   lock_acquire(&tc->lock);
   tc->misses++;
+  return &tc->lock;
+}
+
+static void *mag_alloc_miss(cache_t *cp, tclass_t *t) {
+  lock_t *held = mag_miss_begin(cp);
   void *obj = mag_alloc_refill(cp, t);
-  lock_release(&tc->lock);
+  if (held) lock_release(held);
   return obj;
 }
 
 static bool mag_free_miss(cache_t *cp, tclass_t *t, void *obj) {
-  tcache_t *tc = mag_tls;
-  cache_reap_tick();
-  lock_acquire(&tc->lock);
-  tc->misses++;
+  lock_t *held = mag_miss_begin(cp);
   bool kept = mag_free_room(cp, t, obj);
-  lock_release(&tc->lock);
+  if (held) lock_release(held);
   return kept;
 }
 

@@ -7,7 +7,8 @@
  *     and when it trades them fast;
  *   - object caches construct on entry and destruct only when memory goes back;
  *   - two threads' first small objects never share a cache line;
- *   - the reaper takes the previous magazines of a thread idle for a whole interval.
+ *   - the reaper takes the previous magazines of a thread idle for a whole interval;
+ *   - constructors and destructors may allocate, even inside a magazine miss.
  */
 #include "cache.h"
 #include "depot.h"
@@ -81,6 +82,32 @@ static void *line_taker(void *arg) {
   line_first[i] = magpie_cache_alloc(line_cache, MAGPIE_DEFAULT);
   pthread_barrier_wait(&line_both);
   magpie_cache_free(line_cache, line_first[i]);
+  return NULL;
+}
+
+/* Constructors and destructors that allocate: a thread's first object from such a cache runs
+   the constructor inside the magazine layer's miss, which must not hold anything that malloc's
+   own miss takes again. */
+static int allocating_ctor(void *obj, void *arg, int flags) {
+  (void)arg;
+  (void)flags;
+  void **slot = obj;
+  *slot = magpie_malloc(3000); /* a class this thread has not used: a miss */
+  return *slot ? 0 : -1;
+}
+
+static void freeing_dtor(void *obj, void *arg) {
+  (void)arg;
+  magpie_free(*(void **)obj);
+}
+
+static void *allocating_user(void *arg) {
+  magpie_cache_t *cache = arg;
+  void *objs[100];
+  for (int i = 0; i < 100; i++)
+    UCHECK((objs[i] = magpie_cache_alloc(cache, MAGPIE_DEFAULT)) && *(void **)objs[i]);
+  for (int i = 0; i < 100; i++)
+    magpie_cache_free(cache, objs[i]);
   return NULL;
 }
 
@@ -229,6 +256,11 @@ int main(void) {
   lock_release(&ic->depot.lock);
   pthread_barrier_wait(&idler_done);
   UCHECK(pthread_join(t, NULL) == 0);
+  /* 9. constructors and destructors may allocate and free, misses included */
+  magpie_cache_t *ac = magpie_cache_create("alloc", 64, 0, allocating_ctor, freeing_dtor, NULL, 0);
+  UCHECK(ac && pthread_create(&t, NULL, allocating_user, ac) == 0 && pthread_join(t, NULL) == 0);
+  magpie_cache_destroy(ac);
+
   printf("layers: ok (%d objects constructed and destructed)\n", ctor_calls);
   return 0;
 }
