@@ -13,9 +13,11 @@
  *      reap a depot that saw more than DEPOT_GROW_CONTENDED of them doubles the size of the
  *      magazines it makes from then on, up to cap_max, which halves its lock traffic. A depot
  *      that trades DEPOT_HOT_EXCHANGES magazines within DEPOT_HOT_NS doubles them at once,
- *      contended or not: an exchange costs about two allocations, and a class that hot (one
- *      thread churning big blocks through 2-round magazines) would spend as much on trips to
- *      the depot as on the objects themselves.
+ *      contended or not, while they hold fewer than DEPOT_HOT_ROUNDS: an exchange costs about
+ *      two allocations, and a class that hot (one thread churning big blocks through 2-round
+ *      magazines) would spend as much on trips to the depot as on the objects themselves;
+ *      from 16 rounds on, trips cost an eighth at most, and bigger magazines only hold more
+ *      memory (producer/consumer threads passing them full: 26.7 MB against 12.2 MB).
  *   3. Working set: full_min and empty_min record the lowest list lengths since the last reap;
  *      that many magazines were not needed during the interval, so depot_reap returns exactly
  *      those to the slab layer (their rounds) and to the metadata pool (the magazines).
@@ -34,6 +36,7 @@
 #define DEPOT_FULL_BYTES_MAX ((size_t)2 << 20) /* objects a depot keeps in full magazines */
 #define DEPOT_HOT_EXCHANGES 256                /* a power of two */
 #define DEPOT_HOT_NS 10000000u                 /* 10 ms: 25,600 exchanges a second */
+#define DEPOT_HOT_ROUNDS 16 /* a hot depot grows magazines smaller than this, no further */
 #define MAG_POOLS 9                            /* magazine capacities 1, 2, 4, ..., 256 */
 
 mag_t mag_empty = {0, 0, 0, NULL};
@@ -90,7 +93,7 @@ static void depot_grow(depot_t *d) {
 static void depot_exchanged(depot_t *d) {
   if (++d->exchanges % DEPOT_HOT_EXCHANGES) return;
   uint64_t now = os_now_ns();
-  if (now - d->hot_since < DEPOT_HOT_NS) depot_grow(d);
+  if (now - d->hot_since < DEPOT_HOT_NS && d->cap < DEPOT_HOT_ROUNDS) depot_grow(d);
   d->hot_since = now;
 }
 
