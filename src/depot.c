@@ -37,7 +37,7 @@
 #define DEPOT_HOT_EXCHANGES 256                /* a power of two */
 #define DEPOT_HOT_NS 10000000u                 /* 10 ms: 25,600 exchanges a second */
 #define DEPOT_HOT_ROUNDS 16 /* a hot depot grows magazines smaller than this, no further */
-#define MAG_POOLS 9                            /* magazine capacities 1, 2, 4, ..., 256 */
+#define MAG_POOLS 9         /* magazine capacities 1, 2, 4, ..., 256 */
 
 mag_t mag_empty = {0, 0, 0, NULL};
 
