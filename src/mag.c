@@ -99,7 +99,7 @@ static tcache_t *mag_self(void) {
    threads' first 16-byte blocks shared a line and thrash-t2 ran 3.7x slower. */
 static uint32_t mag_fill_start(const cache_t *cp) {
   size_t low = cp->size & -cp->size; /* sizes are multiples of 16 */
-  return low >= 64 ? 1 : (uint32_t)(64 / low);
+  return low >= OS_LINE ? 1 : (uint32_t)(OS_LINE / low);
 }
 
 /* The slow paths shared by malloc classes and object caches (for malloc's, under the thread's
@@ -284,13 +284,16 @@ void mag_cache_free(cache_t *cp, void *obj) {
 }
 
 /* Gives a thread's magazines of one cache to its depot. */
+/* Gives one of a thread's magazines of cp (or the sentinel) to the depot. */
+static void mag_give(cache_t *cp, mag_t *m) {
+  if (m == &mag_empty) return;
+  stats_held_add(-(ptrdiff_t)(m->n * cp->size));
+  depot_put(cp, m);
+}
+
 static void mag_give_back(cache_t *cp, tclass_t *t) {
-  mag_t *both[2] = {t->loaded, t->prev};
-  for (int i = 0; i < 2; i++)
-    if (both[i] != &mag_empty) {
-      stats_held_add(-(ptrdiff_t)(both[i]->n * cp->size));
-      depot_put(cp, both[i]);
-    }
+  mag_give(cp, t->loaded);
+  mag_give(cp, t->prev);
   t->loaded = t->prev = &mag_empty;
 }
 
@@ -322,12 +325,8 @@ void mag_reclaim_idle(void) {
     lock_acquire(&tc->lock);
     if (tc->misses == tc->misses_seen)
       for (unsigned c = 1; c <= SC_COUNT; c++) {
-        cache_t *cp = &malloc_caches[c];
-        mag_t *m = tc->cls[c].prev;
-        if (m == &mag_empty) continue;
+        mag_give(&malloc_caches[c], tc->cls[c].prev);
         tc->cls[c].prev = &mag_empty; /* allowed whatever the loaded one is */
-        stats_held_add(-(ptrdiff_t)(m->n * cp->size));
-        depot_put(cp, m);
       }
     tc->misses_seen = tc->misses;
     lock_release(&tc->lock);

@@ -3,6 +3,7 @@
 #define MAGPIE_META_H
 
 #include "lock.h"
+#include "os.h"
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -18,7 +19,7 @@ typedef struct meta_pool {
 
 /* The size of a record that one thread writes on its fast path (magazines, thread caches):
    whole cache lines, so that no other thread's record shares a line with it. */
-#define META_LINES(object_size) (((object_size) + 63) & ~(size_t)63)
+#define META_LINES(object_size) (((object_size) + OS_LINE - 1) & ~(OS_LINE - 1))
 
 #define META_POOL(object_size)                                                                     \
   { LOCK_INIT, (object_size), NULL, NULL, NULL, 0, NULL, false }

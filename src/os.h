@@ -8,6 +8,7 @@
 
 #define OS_PAGE_SHIFT 12 /* magpie's page; os_init() checks the kernel agrees */
 #define OS_PAGE ((size_t)1 << OS_PAGE_SHIFT)
+#define OS_LINE ((size_t)64) /* the cache line of the machines magpie supports */
 
 void os_init(void);
 void *os_map(size_t size);                       /* zeroed, page aligned; NULL on failure */
