@@ -31,9 +31,9 @@ static const char usage[] =
     "  -t threads (default 2)   -n live MiB (default 16)   -w idle seconds (default 5)   -s seed\n";
 
 typedef struct {
-  void **blocks;
+  void **blocks; /* block i carries the tag base ^ i (bench_fill) */
   size_t *sizes;
-  size_t count;
+  size_t count, cap;
 } set_t;
 
 typedef struct {
@@ -45,22 +45,34 @@ typedef struct {
   char pad[BENCH_LINE];
 } job_t;
 
+/* Appends a new block of size bytes to s and returns it, unfilled. */
+static void *set_add(set_t *s, size_t size) {
+  if (s->count == s->cap) {
+    s->cap = s->cap ? 2 * s->cap : 1024;
+    if (!(s->blocks = realloc(s->blocks, s->cap * sizeof(void *))) ||
+        !(s->sizes = realloc(s->sizes, s->cap * sizeof(size_t))))
+      bench_die("out of memory");
+  }
+  s->sizes[s->count] = size;
+  return s->blocks[s->count++] = bench_xmalloc(size);
+}
+
+/* Checks and frees every block of s (tags base ^ i), then its arrays. */
+static void set_free(set_t *s, uint64_t base, const char *what) {
+  for (size_t i = 0; i < s->count; i++) {
+    bench_check(s->blocks[i], s->sizes[i], base ^ i, what);
+    free(s->blocks[i]);
+  }
+  free(s->blocks);
+  free(s->sizes);
+  *s = (set_t){0};
+}
+
 static void set_fill(set_t *s, size_t bytes, bench_rng_t *r) {
-  size_t cap = 1024, live = 0;
-  s->blocks = bench_xmalloc(cap * sizeof(void *));
-  s->sizes = bench_xmalloc(cap * sizeof(size_t));
-  s->count = 0;
-  while (live < bytes) {
-    if (s->count == cap) {
-      cap *= 2;
-      if (!(s->blocks = realloc(s->blocks, cap * sizeof(void *))) ||
-          !(s->sizes = realloc(s->sizes, cap * sizeof(size_t))))
-        bench_die("out of memory");
-    }
+  for (size_t live = 0; live < bytes;) {
     size_t sz = bench_logsize(r, STEADY_MIN, STEADY_MAX);
-    s->blocks[s->count] = bench_xmalloc(sz);
-    bench_fill(s->blocks[s->count], sz, (uint64_t)s->count);
-    s->sizes[s->count++] = sz;
+    void *b = set_add(s, sz);
+    bench_fill(b, sz, (uint64_t)(s->count - 1));
     live += sz;
   }
 }
@@ -69,23 +81,14 @@ static void *worker(void *arg) {
   job_t *j = arg;
   bench_rng_t r;
   bench_rng_init(&r, j->seed, 8);
-  size_t cap = 4096, n = 0, bytes = 0;
-  void **burst = bench_xmalloc(cap * sizeof(void *));
-  size_t *bsize = bench_xmalloc(cap * sizeof(size_t));
-  set_t *s = j->steady;
-  while (bytes < j->burst) {
-    if (n == cap) {
-      cap *= 2;
-      if (!(burst = realloc(burst, cap * sizeof(void *))) ||
-          !(bsize = realloc(bsize, cap * sizeof(size_t))))
-        bench_die("out of memory");
-    }
-    bsize[n] = bench_logsize(&r, BURST_MIN, BURST_MAX);
-    burst[n] = bench_xmalloc(bsize[n]);
-    memset(burst[n], 0x5b, bsize[n]); /* a burst uses its memory: every page resident */
-    bench_fill(burst[n], bsize[n], j->seed ^ n);
-    bytes += bsize[n++];
-    if (n % STEADY_EVERY == 0) { /* replace one of this thread's steady blocks, same size */
+  set_t burst = {0}, *s = j->steady;
+  for (size_t bytes = 0; bytes < j->burst;) {
+    size_t sz = bench_logsize(&r, BURST_MIN, BURST_MAX);
+    void *b = set_add(&burst, sz);
+    memset(b, 0x5b, sz); /* a burst uses its memory: every page resident */
+    bench_fill(b, sz, j->seed ^ (burst.count - 1));
+    bytes += sz;
+    if (burst.count % STEADY_EVERY == 0) { /* replace one of this thread's steady blocks, same size */
       size_t i = (size_t)bench_below(&r, s->count / (size_t)j->threads) * (size_t)j->threads +
                  (size_t)j->index;
       bench_check(s->blocks[i], s->sizes[i], (uint64_t)i, "burst steady");
@@ -95,12 +98,7 @@ static void *worker(void *arg) {
     }
   }
   pthread_barrier_wait(j->held);
-  for (size_t i = 0; i < n; i++) {
-    bench_check(burst[i], bsize[i], j->seed ^ i, "burst");
-    free(burst[i]);
-  }
-  free(burst);
-  free(bsize);
+  set_free(&burst, j->seed, "burst");
   pthread_barrier_wait(j->freed);
   pthread_barrier_wait(j->done); /* alive and idle while the main thread watches RSS */
   return NULL;
@@ -118,7 +116,7 @@ int main(int argc, char **argv) {
   bench_rng_t r;
   bench_rng_init(&r, a.seed, 9);
   size_t base = bench_rss();
-  set_t steady;
+  set_t steady = {0};
   set_fill(&steady, (size_t)a.n << 20, &r);
   if (steady.count < (size_t)t) bench_die("-n too small for %d threads", t);
   size_t live = 0;
@@ -149,12 +147,7 @@ int main(int argc, char **argv) {
   }
   pthread_barrier_wait(&done);
   bench_join(tids, t);
-  for (size_t i = 0; i < steady.count; i++) {
-    bench_check(steady.blocks[i], steady.sizes[i], (uint64_t)i, "burst steady");
-    free(steady.blocks[i]);
-  }
-  free(steady.blocks);
-  free(steady.sizes);
+  set_free(&steady, 0, "burst steady");
   printf("RESULT burst time=%.4f threads=%d live_kib=%zu peak_ratio=%.3f after_free=%.3f "
          "idle_ratio=%.3f rss_idle_kib=%zu\n",
          secs, t, live / 1024, ratio(peak, base, live), ratio(after, base, live),
