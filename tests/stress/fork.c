@@ -194,6 +194,18 @@ static void *hammer(void *arg) {
   return NULL;
 }
 
+/* CHILD_OPS random mallocs and frees of small and large blocks over live[WINDOW]. */
+static void child_churn(stress_rng_t *rng, stress_block_t *live, uint32_t tid) {
+  for (int op = 0; op < CHILD_OPS; op++) {
+    stress_block_t *b = &live[stress_rng_below(rng, WINDOW)];
+    size_t size = hammer_size(rng);
+    if (!b->p)
+      stress_block_new(b, magpie_malloc(size), size, stress_rng_next(rng), "malloc", tid, 0, TEST);
+    else
+      stress_block_free(b, TEST);
+  }
+}
+
 /*
  * A thread of the child. set holds WINDOW blocks allocated by another thread: it frees the first
  * half, runs a malloc/free loop, and replaces the second half with new blocks, which the child's
@@ -207,15 +219,7 @@ static void *child_thread(void *arg) {
     stress_block_free(&set[k], TEST);
   stress_block_t live[WINDOW];
   memset(live, 0, sizeof live);
-  for (int op = 0; op < CHILD_OPS; op++) {
-    stress_block_t *b = &live[stress_rng_below(&rng, WINDOW)];
-    size_t size = hammer_size(&rng);
-    if (!b->p)
-      stress_block_new(b, magpie_malloc(size), size, stress_rng_next(&rng), "malloc", 1000, 0,
-                       TEST);
-    else
-      stress_block_free(b, TEST);
-  }
+  child_churn(&rng, live, 1000);
   for (int k = 0; k < WINDOW; k++)
     stress_block_free(&live[k], TEST);
   for (int k = WINDOW / 2; k < WINDOW; k++) {
@@ -244,15 +248,7 @@ __attribute__((noreturn)) static void child(stress_block_t *held, int nr) {
   /* Small and large. */
   stress_block_t live[WINDOW];
   memset(live, 0, sizeof live);
-  for (int op = 0; op < CHILD_OPS; op++) {
-    stress_block_t *b = &live[stress_rng_below(&rng, WINDOW)];
-    size_t size = hammer_size(&rng);
-    if (!b->p)
-      stress_block_new(b, magpie_malloc(size), size, stress_rng_next(&rng), "malloc", 999, 0,
-                       TEST);
-    else
-      stress_block_free(b, TEST);
-  }
+  child_churn(&rng, live, 999);
   /* realloc up to 2 MiB and back down, through small, page and large sizes. */
   stress_block_t r;
   stress_block_new(&r, magpie_malloc(7), 7, stress_rng_next(&rng), "malloc", 999, 0, TEST);
