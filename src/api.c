@@ -33,7 +33,7 @@ void *malloc_slow(size_t size) {
   magpie_init(); /* debug_on must be known before the first block */
   if (debug_on) return debug_alloc(size, 0, DEBUG_MALLOC, false);
   if (opt.sample) { /* a miss stands for a magazine of allocations */
-    unsigned weight = size <= SC_SMALL_MAX ? mag_tls->cls[sc_of(size)].loaded->cap + 1 : 1;
+    unsigned weight = size <= SC_SMALL_MAX ? mag_miss_weight(sc_of(size)) : 1;
     void *p = sample_maybe(size, weight);
     if (p) return p;
   }

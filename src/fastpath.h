@@ -2,7 +2,8 @@
  * fastpath: malloc and free of a small block, inline. The whole common case is here.
  *
  * malloc (size <= 256 KiB): the class (one table load up to 1 KiB, a few instructions above),
- * the thread's loaded magazine, pop.
+ * then pop from the loaded magazine: the CPU's, in a restartable sequence (rseq.h), or the
+ * thread's own where per-CPU magazines are off (mag.c says when).
  * free: two page-map loads give the class; the pointer must be an object start (one multiply)
  * and must not carry the free marker (one load); push onto the loaded magazine.
  * Anything else - an empty or full magazine, a first call, a large block, a bad pointer -
@@ -16,6 +17,7 @@
 
 #include "mag.h"
 #include "pagemap.h"
+#include "rseq.h"
 #include "sizeclass.h"
 
 #ifdef __cplusplus
@@ -32,6 +34,31 @@ void free_slow_kind(void *p, size_t size, size_t align, int kind);
 
 #define MP_LIKELY(x) __builtin_expect(!!(x), 1)
 
+/* Pops from the loaded magazine of class c the thread uses; NULL if it is empty. */
+static inline void *fast_pop(tcache_t *tc, unsigned c) {
+#if RSEQ_SUPPORTED
+  if (tc->cpus) return rseq_pop(tc->cpus, sizeof(mag_cpu_t), MAG_CPU_SLOT(c), mag_rseq_area);
+#endif
+  mag_t *m = tc->cls[c].loaded;
+  uint32_t n = m->n;
+  if (!MP_LIKELY(n != 0)) return NULL;
+  m->n = n - 1;
+  return m->rounds[n - 1];
+}
+
+/* Pushes p onto the loaded magazine of class c the thread uses; 0 if it is full. */
+static inline int fast_push(tcache_t *tc, unsigned c, void *p) {
+#if RSEQ_SUPPORTED
+  if (tc->cpus) return rseq_push(tc->cpus, sizeof(mag_cpu_t), MAG_CPU_SLOT(c), mag_rseq_area, p);
+#endif
+  mag_t *m = tc->cls[c].loaded;
+  uint32_t n = m->n;
+  if (!MP_LIKELY(n != m->cap)) return 0;
+  m->rounds[n] = p;
+  m->n = n + 1;
+  return 1;
+}
+
 /* Pops a block, or returns NULL: the caller takes a slow path. */
 static inline void *fast_malloc_try(size_t size) {
   unsigned c;
@@ -42,14 +69,10 @@ static inline void *fast_malloc_try(size_t size) {
   else
     return NULL;
   tcache_t *tc = mag_tls;
-  tclass_t *tcl = &tc->cls[c];
-  mag_t *m = tcl->loaded;
-  uint32_t n = m->n;
-  if (!MP_LIKELY(n != 0)) return NULL;
-  void *p = m->rounds[n - 1];
-  m->n = n - 1;
+  void *p = fast_pop(tc, c);
+  if (!MP_LIKELY(p != NULL)) return NULL;
   *(uintptr_t *)p = 0;
-  STAT_ADD(tcl->allocs, 1);
+  STAT_ADD(tc->cls[c].allocs, 1);
   STAT_ADD(tc->bytes_requested, size);
   return p;
 }
@@ -66,16 +89,14 @@ static inline int fast_free_try(void *p) {
   if (MP_LIKELY(c - 1u < SC_COUNT)) {
     uintptr_t marker = a ^ mag_secret;
     if (MP_LIKELY(sc_is_object_start(c, a) && *(uintptr_t *)p != marker)) {
-      tclass_t *tcl = &mag_tls->cls[c];
-      mag_t *m = tcl->loaded;
-      uint32_t n = m->n;
-      if (MP_LIKELY(n != m->cap)) {
-        *(uintptr_t *)p = marker;
-        m->rounds[n] = p;
-        m->n = n + 1;
-        STAT_ADD(tcl->frees, 1);
+      tcache_t *tc = mag_tls;
+      uintptr_t word = *(uintptr_t *)p;
+      *(uintptr_t *)p = marker; /* before the push: once pushed, p may be another thread's */
+      if (MP_LIKELY(fast_push(tc, c, p))) {
+        STAT_ADD(tc->cls[c].frees, 1);
         return 1;
       }
+      *(uintptr_t *)p = word;
     }
   }
   return 0;

@@ -38,9 +38,11 @@
 #include "depot.h"
 #include "init.h"
 #include "meta.h"
+#include "options.h"
 #include "os.h"
 #include "pagemap.h"
 #include "report.h"
+#include "rseq.h"
 #include "sample.h"
 #include "slab.h"
 #include "stats.h"
@@ -49,6 +51,11 @@
 #include <pthread.h>
 #include <string.h>
 
+_Static_assert(offsetof(tclass_t, loaded) == 0, "rseq.h finds the loaded magazine at a slot");
+_Static_assert(offsetof(mag_t, n) == 0 && offsetof(mag_t, cap) == 4 &&
+                   offsetof(mag_t, rounds) == 24,
+               "rseq.h's sequences use these offsets");
+
 #define TCLASS_EMPTY                                                                               \
   { &mag_empty, &mag_empty, 0, 0 }
 
@@ -56,6 +63,10 @@ tcache_t tcache_boot = {.cls = {[0 ... SC_COUNT] = TCLASS_EMPTY}};
 tcache_t tcache_dead = {.cls = {[0 ... SC_COUNT] = TCLASS_EMPTY}};
 __thread tcache_t *mag_tls __attribute__((tls_model("initial-exec"))) = &tcache_boot;
 uintptr_t mag_secret;
+ptrdiff_t mag_rseq_area;
+static char *mag_cpus; /* mag_cpu_t[mag_ncpus], or NULL: magazines are per thread */
+static unsigned mag_ncpus;
+static bool mag_cpu_fence; /* os_fence_rseq works: idle CPUs' loaded magazines can be taken */
 
 static meta_pool_t tcache_pool = META_POOL(META_LINES(sizeof(tcache_t)));
 static pthread_key_t mag_key;
@@ -63,7 +74,37 @@ static lock_t mag_registry_lock = LOCK_INIT;
 static tcache_t mag_registry = {.next = &mag_registry, .prev = &mag_registry};
 static mag_totals_t mag_exited; /* counters of exited threads (mag_registry_lock) */
 
+static mag_cpu_t *mag_cpu(unsigned cpu) {
+  return (mag_cpu_t *)(mag_cpus + (size_t)cpu * sizeof(mag_cpu_t));
+}
+
+static void mag_cpu_init(void) {
+#if RSEQ_SUPPORTED
+  unsigned n = os_cpu_possible();
+  if (!opt.percpu || !os_rseq_available() || n == 0) return;
+  mag_cpu_t *cpus = os_map(n * sizeof(mag_cpu_t)); /* zeroed: the locks are free */
+  if (!cpus) return;
+  for (unsigned i = 0; i < n; i++)
+    for (unsigned c = 0; c <= SC_COUNT; c++)
+      cpus[i].cls[c] = (tclass_t)TCLASS_EMPTY;
+  mag_rseq_area = os_rseq_offset();
+  mag_ncpus = n;
+  mag_cpu_fence = os_fence_rseq_register();
+  mag_cpus = (char *)cpus;
+#endif
+}
+
+/* The per-CPU magazines for a starting thread, if it has a registered rseq area. */
+static char *mag_cpu_thread(void) {
+#if RSEQ_SUPPORTED
+  int cpu = mag_cpus ? rseq_cpu(mag_rseq_area) : -1;
+  if (cpu >= 0 && (unsigned)cpu < mag_ncpus) return mag_cpus;
+#endif
+  return NULL;
+}
+
 void mag_init(void) {
+  mag_cpu_init();
   if (pthread_key_create(&mag_key, mag_thread_exit) != 0)
     report_fatal("no pthread key for thread exit", NULL, 0);
 }
@@ -76,6 +117,7 @@ static tcache_t *mag_thread_start(void) {
   for (unsigned c = 0; c <= SC_COUNT; c++)
     tc->cls[c] = (tclass_t)TCLASS_EMPTY;
   tc->sample_left = sample_countdown();
+  tc->cpus = mag_cpu_thread();
   lock_acquire(&mag_registry_lock);
   tc->next = mag_registry.next;
   tc->prev = &mag_registry;
@@ -102,58 +144,63 @@ static uint32_t mag_fill_start(const cache_t *cp) {
   return low >= OS_LINE ? 1 : (uint32_t)(OS_LINE / low);
 }
 
-/* The slow paths shared by malloc classes and object caches (for malloc's, under the thread's
-   tcache lock). */
-static void *mag_alloc_refill(cache_t *cp, tclass_t *t) {
-  mag_t *l = t->loaded, *p = t->prev;
-  if (p->n > 0) { /* the previous magazine has rounds: swap */
-    t->loaded = p;
-    t->prev = l;
-    l = p;
-  } else {
-    mag_t *full = depot_alloc_exchange(cp, p);
-    if (full) {
-      t->prev = l;
-      t->loaded = l = full;
-    } else {
-      if (l == &mag_empty) { /* a first magazine as small as the first refill */
-        if (!(l = depot_mag_new(mag_fill_start(cp)))) return NULL;
-        t->loaded = l;
-      } else if (l->fill > l->cap && l->cap < depot_cap(cp)) { /* outgrown: a full-size one */
-        mag_t *big = depot_empty_mag(cp);
-        if (big) {
-          big->fill = l->fill;
-          depot_put(cp, l);
-          t->loaded = l = big;
-        }
-      }
-      uint32_t fill = l->fill ? l->fill : mag_fill_start(cp);
-      fill = fill < l->cap ? fill : l->cap;
-      l->n = slab_alloc(cp, l->rounds, fill);
-      if (l->n == 0) return NULL;
-      l->fill = 2 * fill; /* slow start: a thread that keeps missing gets more */
+/* Fills the empty magazine p from the slab layer (slow start), or a new one for the sentinel
+   or a full-size one for an outgrown one; returns the magazine now in p's place, which holds
+   rounds unless memory ran out. */
+static mag_t *mag_slab_fill(cache_t *cp, mag_t *p) {
+  if (p == &mag_empty) { /* a first magazine as small as the first refill */
+    mag_t *first = depot_mag_new(mag_fill_start(cp));
+    if (!first) return p;
+    p = first;
+  } else if (p->fill > p->cap && p->cap < depot_cap(cp)) { /* outgrown: a full-size one */
+    mag_t *big = depot_empty_mag(cp);
+    if (big) {
+      big->fill = p->fill;
+      depot_put(cp, p);
+      p = big;
     }
-    stats_held_add((ptrdiff_t)(l->n * cp->size));
   }
-  return l->rounds[--l->n];
+  uint32_t fill = p->fill ? p->fill : mag_fill_start(cp);
+  fill = fill < p->cap ? fill : p->cap;
+  p->n = slab_alloc(cp, p->rounds, fill);
+  if (p->n) p->fill = 2 * fill; /* slow start: a thread that keeps missing gets more */
+  stats_held_add((ptrdiff_t)(p->n * cp->size));
+  return p;
+}
+
+/*
+ * The slow paths shared by malloc classes and object caches, per thread and per CPU (under the
+ * tcache's or the CPU's lock). The loaded magazine is full (free) or empty (allocation); they
+ * change only the previous magazine - trading it with the depot, filling it from the slab
+ * layer - which then becomes the loaded one, and the loaded one the previous: a CPU's loaded
+ * magazine, which its sequences use without the lock, is never written here.
+ */
+static void *mag_alloc_refill(cache_t *cp, tclass_t *t) {
+  mag_t *p = t->prev;
+  if (p->n == 0) {
+    mag_t *full = depot_alloc_exchange(cp, p);
+    t->prev = p = full ? full : mag_slab_fill(cp, p);
+    if (full) stats_held_add((ptrdiff_t)(p->n * cp->size));
+    if (p->n == 0) return NULL;
+  }
+  t->prev = t->loaded;
+  t->loaded = p;
+  return p->rounds[--p->n];
 }
 
 /* Returns false when no empty magazine could be had; the caller frees to the slab itself. */
 static bool mag_free_room(cache_t *cp, tclass_t *t, void *obj) {
-  mag_t *l = t->loaded, *p = t->prev;
-  if (p->n < p->cap) { /* the previous magazine has room: swap */
-    t->loaded = p;
-    t->prev = l;
-    l = p;
-  } else {
+  mag_t *p = t->prev;
+  if (p->n == p->cap) {
     size_t given = p->n * cp->size;
     mag_t *e = p == &mag_empty ? depot_empty_mag(cp) : depot_free_exchange(cp, p);
     if (!e) return false;
     stats_held_add(-(ptrdiff_t)given);
-    t->prev = l;
-    t->loaded = l = e;
+    p = e;
   }
-  l->rounds[l->n++] = obj;
+  p->rounds[p->n++] = obj;
+  t->prev = t->loaded;
+  t->loaded = p;
   return true;
 }
 
@@ -184,6 +231,58 @@ static bool mag_free_miss(cache_t *cp, tclass_t *t, void *obj) {
   if (held) lock_release(held);
   return kept;
 }
+
+/* ---- per-CPU magazines ---- */
+
+#if RSEQ_SUPPORTED
+/* A miss on the CPU's magazines: reaps if it is time, then takes the lock of the CPU the thread
+   runs on (it may move away while it holds it: mag_cpu_install checks). */
+static mag_cpu_t *mag_cpu_lock(unsigned *cpu) {
+  cache_reap_tick();
+  *cpu = (unsigned)rseq_cpu(mag_rseq_area);
+  mag_cpu_t *mc = mag_cpu(*cpu);
+  lock_acquire(&mc->lock);
+  mc->misses++;
+  return mc;
+}
+
+/* Makes t, a copy of the CPU's magazines of class c as a slow path left it, the CPU's. The
+   loaded magazine changes in a sequence on that CPU; if the thread has moved off it, the CPU
+   keeps its loaded magazine and the new one becomes the previous (the old previous is already
+   in the new one's place or the depot's). */
+static void mag_cpu_install(mag_cpu_t *mc, unsigned cpu, unsigned c, const tclass_t *t) {
+  tclass_t *slot = &mc->cls[c];
+  if (t->loaded == slot->loaded ||
+      rseq_store_on(cpu, (void **)&slot->loaded, t->loaded, mag_rseq_area))
+    slot->prev = t->prev;
+  else
+    slot->prev = t->loaded;
+}
+
+static void *mag_cpu_alloc(cache_t *cp, unsigned c) {
+  void *obj = rseq_pop(mag_cpus, sizeof(mag_cpu_t), MAG_CPU_SLOT(c), mag_rseq_area);
+  if (obj) return obj;
+  unsigned cpu;
+  mag_cpu_t *mc = mag_cpu_lock(&cpu);
+  tclass_t t = mc->cls[c];
+  obj = mag_alloc_refill(cp, &t);
+  mag_cpu_install(mc, cpu, c, &t);
+  lock_release(&mc->lock);
+  return obj;
+}
+
+/* Returns false when no magazine had room; the caller frees to the slab itself. */
+static bool mag_cpu_free(cache_t *cp, unsigned c, void *obj) {
+  if (rseq_push(mag_cpus, sizeof(mag_cpu_t), MAG_CPU_SLOT(c), mag_rseq_area, obj)) return true;
+  unsigned cpu;
+  mag_cpu_t *mc = mag_cpu_lock(&cpu);
+  tclass_t t = mc->cls[c];
+  bool kept = mag_free_room(cp, &t, obj);
+  mag_cpu_install(mc, cpu, c, &t);
+  lock_release(&mc->lock);
+  return kept;
+}
+#endif
 
 static void *mag_direct_alloc(cache_t *cp) {
   void *obj;
@@ -226,7 +325,14 @@ static tclass_t *mag_class(tcache_t *tc, unsigned c) {
 
 void *mag_malloc(unsigned c, size_t size) {
   tcache_t *tc = mag_self();
-  void *p = mag_pop(&malloc_caches[c], mag_class(tc, c));
+  void *p;
+#if RSEQ_SUPPORTED
+  if (tc->cpus) {
+    if ((p = mag_cpu_alloc(&malloc_caches[c], c)) || (p = mag_direct_alloc(&malloc_caches[c])))
+      STAT_ADD(tc->cls[c].allocs, 1);
+  } else
+#endif
+    p = mag_pop(&malloc_caches[c], mag_class(tc, c));
   if (!p) {
     errno = ENOMEM;
     return NULL;
@@ -243,7 +349,24 @@ void mag_free(unsigned c, void *p) {
   if (*(uintptr_t *)p == (a ^ mag_secret))
     report_heap_error("double free", p, "block already free");
   *(uintptr_t *)p = a ^ mag_secret;
-  mag_push(&malloc_caches[c], mag_class(mag_self(), c), p);
+  tcache_t *tc = mag_self();
+#if RSEQ_SUPPORTED
+  if (tc->cpus) {
+    STAT_ADD(tc->cls[c].frees, 1);
+    if (!mag_cpu_free(&malloc_caches[c], c, p)) mag_direct_free(&malloc_caches[c], p);
+    return;
+  }
+#endif
+  mag_push(&malloc_caches[c], mag_class(tc, c), p);
+}
+
+unsigned mag_miss_weight(unsigned c) {
+  tcache_t *tc = mag_tls;
+  return (tc->cpus ? depot_cap(&malloc_caches[c]) : tc->cls[c].loaded->cap) + 1;
+}
+
+bool mag_percpu(void) {
+  return mag_cpus != NULL;
 }
 
 void mag_large_count(size_t size, int sign) {
@@ -319,7 +442,41 @@ static void mag_flush(tcache_t *tc) {
   lock_release(&tc->lock);
 }
 
+/* Gives the magazines of CPUs that have not missed since the last call (all: of every CPU) to
+   the depots. A loaded magazine is first replaced by the sentinel; the fence then restarts any
+   sequence on that CPU that still uses it, after which it is the caller's. */
+static void mag_cpu_reclaim(bool all) {
+  mag_t *loaded[SC_COUNT + 1];
+  for (unsigned i = 0; i < mag_ncpus; i++) {
+    mag_cpu_t *mc = mag_cpu(i);
+    lock_acquire(&mc->lock);
+    if (all || mc->misses == mc->misses_seen) {
+      bool taken = false;
+      for (unsigned c = 1; c <= SC_COUNT; c++) {
+        mag_give(&malloc_caches[c], mc->cls[c].prev);
+        mc->cls[c].prev = &mag_empty;
+        loaded[c] = mc->cls[c].loaded;
+        if (mag_cpu_fence && loaded[c] != &mag_empty) {
+          __atomic_store_n(&mc->cls[c].loaded, &mag_empty, __ATOMIC_RELAXED);
+          taken = true;
+        }
+      }
+      bool fenced = taken && os_fence_rseq(i);
+      for (unsigned c = 1; c <= SC_COUNT && taken; c++)
+        if (loaded[c] != &mag_empty) {
+          if (fenced)
+            mag_give(&malloc_caches[c], loaded[c]);
+          else /* no fence, no taking: a sequence may still be using it */
+            __atomic_store_n(&mc->cls[c].loaded, loaded[c], __ATOMIC_RELAXED);
+        }
+    }
+    mc->misses_seen = mc->misses;
+    lock_release(&mc->lock);
+  }
+}
+
 void mag_reclaim_idle(void) {
+  mag_cpu_reclaim(false);
   lock_acquire(&mag_registry_lock);
   for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
     lock_acquire(&tc->lock);
@@ -335,6 +492,7 @@ void mag_reclaim_idle(void) {
 }
 
 void mag_flush_self(void) {
+  mag_cpu_reclaim(true);
   tcache_t *tc = mag_tls;
   if (tc != &tcache_boot && tc != &tcache_dead) mag_flush(tc);
 }
@@ -377,8 +535,12 @@ void mag_totals(mag_totals_t *out) {
 
 void mag_fork_prepare(void) {
   lock_acquire(&mag_registry_lock);
+  for (unsigned i = 0; i < mag_ncpus; i++)
+    lock_acquire(&mag_cpu(i)->lock);
 }
 void mag_fork_parent(void) {
+  for (unsigned i = 0; i < mag_ncpus; i++)
+    lock_release(&mag_cpu(i)->lock);
   lock_release(&mag_registry_lock);
 }
 
@@ -387,6 +549,8 @@ void mag_fork_parent(void) {
    Returns whether there were such threads. */
 bool mag_fork_child(void) {
   lock_init(&mag_registry_lock);
+  for (unsigned i = 0; i < mag_ncpus; i++)
+    lock_init(&mag_cpu(i)->lock);
   tcache_t *self = mag_tls;
   bool others = false;
   for (tcache_t *tc = mag_registry.next, *next; tc != &mag_registry; tc = next) {

@@ -6,6 +6,8 @@
 #include "export.h"
 #include "sizeclass.h"
 
+#include <stddef.h>
+
 #define MAG_CACHE_SLOTS 256 /* object caches with a per-thread slot; later ones go to the depot */
 
 /*
@@ -36,6 +38,7 @@ typedef struct tslot {
 } tslot_t;
 
 typedef struct tcache {
+  char *cpus; /* per-CPU magazines (mag_cpus) this thread uses for malloc, or NULL: its own */
   tclass_t cls[SC_COUNT + 1]; /* malloc's size classes; [0] is never used */
   uint64_t bytes_requested;   /* sum of malloc sizes (small and large) */
   uint64_t large_allocs, large_frees;
@@ -46,6 +49,21 @@ typedef struct tcache {
   tslot_t *slots;             /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
   struct tcache *next, *prev; /* the registry of live thread caches (mag_registry_lock) */
 } tcache_t;
+
+/* One CPU's magazines of malloc's classes. Restartable sequences on the CPU pop and push on
+   the loaded magazines without a lock (rseq.h); everything else happens under the lock: the
+   previous magazines, and replacing a loaded one, which only a sequence on that CPU may do
+   (mag_cpu_install), or anyone after taking it away and fencing the CPU (mag_reclaim_idle). */
+typedef struct mag_cpu {
+  tclass_t cls[SC_COUNT + 1]; /* the counters stay zero: threads count their own operations */
+  lock_t lock;
+  uint32_t misses;      /* slow paths taken on this CPU (lock) */
+  uint32_t misses_seen; /* misses at the last mag_reclaim_idle (lock) */
+} __attribute__((aligned(64))) mag_cpu_t;
+
+#define MAG_CPU_SLOT(c) (offsetof(mag_cpu_t, cls) + (c) * sizeof(tclass_t)) /* &cls[c].loaded */
+
+extern MAGPIE_HIDDEN ptrdiff_t mag_rseq_area; /* glibc's __rseq_offset, once per-CPU is on */
 
 /* The calling thread's cache: &tcache_boot before its first allocation, &tcache_dead after it
    exited. Both have only empty magazines, so the fast path always misses on them. */
@@ -63,6 +81,9 @@ void mag_reclaim_idle(void);
 /* Flushes the calling thread's magazines to the depots (malloc_trim). */
 void mag_flush_self(void);
 void mag_large_count(size_t size, int sign); /* statistics of large blocks */
+/* How many allocations of class c a miss of the calling thread stands for (sampling). */
+unsigned mag_miss_weight(unsigned c);
+bool mag_percpu(void); /* malloc's magazines are per CPU */
 
 /* object caches */
 void *mag_cache_alloc(cache_t *cp);

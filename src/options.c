@@ -26,6 +26,7 @@ options_t opt = {
     .large_own = 1u << 20, /* above this, own mappings: freeing gives the pages back at once */
     .calloc_populate = 64u << 20, /* bigger zeroed blocks may be sparse: leave them lazy */
     .reaper = 1,
+    .percpu = 1,
 };
 
 typedef enum { OPT_SIZE, OPT_STATS_WORD, OPT_PATH } opt_kind_t;
@@ -46,6 +47,7 @@ static const opt_entry_t opt_table[] = {
     {"calloc_populate", OPT_SIZE, offsetof(options_t, calloc_populate)},
     {"reaper", OPT_SIZE, offsetof(options_t, reaper)},
     {"sample", OPT_SIZE, offsetof(options_t, sample)},
+    {"percpu", OPT_SIZE, offsetof(options_t, percpu)},
 };
 
 static bool opt_parse_size(const char *s, size_t len, size_t *out) {

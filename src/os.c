@@ -9,9 +9,12 @@
  *      until the kernel is under pressure and gives no zero guarantee, so it is not used.
  *   2. Machine facts are read at os_init without allocating: the page size from the auxiliary
  *      vector, the CPUs from the affinity mask bounded by a cgroup v2 quota, and whether glibc
- *      registered an rseq area (__rseq_size; magpie never registers a second one).
+ *      registered an rseq area (__rseq_size; magpie never registers a second one). The
+ *      possible CPU ids (what the kernel may write into an rseq area) come from sysfs.
  *   3. Accounting: os_mapped_bytes is what magpie holds from the kernel, metadata included.
  *   4. Futexes back lock.h's sleeping path; os_thread_start makes magpie's own threads.
+ *   5. os_fence_rseq (membarrier) restarts every restartable sequence in flight on one CPU and
+ *      orders memory with it: after it, a sequence there sees what the caller stored before.
  * Nothing here allocates or takes a lock; all of it is safe from any thread at any time.
  */
 #define _GNU_SOURCE
@@ -23,6 +26,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <sched.h>
 #include <stddef.h>
 #include <sys/auxv.h>
@@ -36,6 +40,7 @@
 #define OS_THREAD_STACK ((size_t)64 << 10) /* magpie's own threads only reap */
 
 extern const unsigned int __rseq_size __attribute__((weak));
+extern const ptrdiff_t __rseq_offset __attribute__((weak));
 
 static size_t os_mapped;     /* bytes mapped now (atomic) */
 static size_t os_mapped_max; /* high-water mark of os_mapped (atomic) */
@@ -164,7 +169,37 @@ unsigned os_cpu_count(void) {
 }
 
 bool os_rseq_available(void) {
-  return &__rseq_size != NULL && __rseq_size >= 20;
+  return &__rseq_size != NULL && &__rseq_offset != NULL && __rseq_size >= 20;
+}
+
+ptrdiff_t os_rseq_offset(void) {
+  return __rseq_offset;
+}
+
+unsigned os_cpu_possible(void) {
+  char buf[256]; /* "0-N", or a list such as "0,2-5": the last number is the highest id */
+  if (os_read_file("/sys/devices/system/cpu/possible", buf, sizeof buf) <= 0) return 0;
+  const char *s = buf;
+  unsigned long last = 0;
+  bool seen = false;
+  while (*s) {
+    if (*s >= '0' && *s <= '9') {
+      last = os_parse_ulong(&s);
+      seen = true;
+    } else {
+      s++;
+    }
+  }
+  return seen && last < 65536 ? (unsigned)last + 1 : 0;
+}
+
+bool os_fence_rseq_register(void) {
+  return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0) == 0;
+}
+
+bool os_fence_rseq(unsigned cpu) {
+  return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, MEMBARRIER_CMD_FLAG_CPU,
+                 (int)cpu) == 0;
 }
 
 uint64_t os_now_ns(void) {

@@ -22,8 +22,14 @@ void os_populate(void *p, size_t size); /* maps zeroed pages now; may do nothing
 bool os_protect(void *p, size_t size, bool accessible);
 size_t os_mapped_bytes(void);
 size_t os_mapped_peak(void);
-unsigned os_cpu_count(void); /* CPUs this process may use: affinity mask and cgroup quota */
-bool os_rseq_available(void);
+unsigned os_cpu_count(void);    /* CPUs this process may use: affinity mask and cgroup quota */
+bool os_rseq_available(void);   /* glibc registered an rseq area for each thread */
+ptrdiff_t os_rseq_offset(void); /* of the area from the thread pointer (if available) */
+unsigned os_cpu_possible(void); /* 1 + the highest CPU id the kernel may use; 0 if unknown */
+/* Registers for os_fence_rseq (membarrier); false if the kernel refuses. */
+bool os_fence_rseq_register(void);
+/* Restarts the restartable sequences running on cpu, with a full memory barrier there. */
+bool os_fence_rseq(unsigned cpu);
 uint64_t os_now_ns(void); /* monotonic, coarse (a few ms) */
 void os_sleep_ms(size_t ms);
 /* A detached thread with every signal blocked (they belong to the program's threads). */

@@ -164,12 +164,14 @@ void stats_write(int fd, int format) {
   out_field(&o, "cpus", os_cpu_count(), json);
   out_field(&o, "rseq", os_rseq_available(), json);
   out_str(&o, json ? ",\"classes\":["
-                   : "  class     size       allocs        frees   slabs  depot mag\n");
+                   : "  class     size       allocs        frees   slabs  cached  depot mag\n");
   bool first = true;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
     cache_figures_t f;
     cache_figures(&malloc_caches[c], &f);
     if (!stats_totals_buf.allocs[c] && !f.slabs) continue;
+    uint64_t live = stats_totals_buf.allocs[c] - stats_totals_buf.frees[c];
+    uint64_t cached = f.objects_out > live ? f.objects_out - live : 0;
     if (json) {
       out_str(&o, first ? "{\"class\":" : ",{\"class\":");
       out_num(&o, c, 0);
@@ -177,6 +179,7 @@ void stats_write(int fd, int format) {
       out_field(&o, "allocs", stats_totals_buf.allocs[c], true);
       out_field(&o, "frees", stats_totals_buf.frees[c], true);
       out_field(&o, "slabs", f.slabs, true);
+      out_field(&o, "cached", cached, true);
       out_field(&o, "depot_full", f.depot_full, true);
       out_field(&o, "mag_rounds", f.mag_cap, true);
       out_field(&o, "depot_exchanges", f.exchanges, true);
@@ -187,6 +190,7 @@ void stats_write(int fd, int format) {
       out_num(&o, stats_totals_buf.allocs[c], 13);
       out_num(&o, stats_totals_buf.frees[c], 13);
       out_num(&o, f.slabs, 8);
+      out_num(&o, cached, 8);
       out_num(&o, f.depot_full, 7);
       out_num(&o, f.mag_cap, 4);
       out_str(&o, "\n");

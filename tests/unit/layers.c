@@ -9,6 +9,7 @@
  *   - two threads' first small objects never share a cache line;
  *   - the reaper takes the previous magazines of a thread idle for a whole interval;
  *   - constructors and destructors may allocate, even inside a magazine miss.
+ * Malloc's magazines are per thread here (percpu=0); tests/unit/percpu.c tests the per-CPU ones.
  */
 #include "cache.h"
 #include "depot.h"
@@ -129,6 +130,7 @@ static void obj_dtor(void *obj, void *arg) {
 }
 
 int main(void) {
+  UCHECK(!mag_percpu()); /* MAGPIE_OPTIONS=percpu=0, set by CMakeLists.txt */
   /* 1. every class, all objects distinct and aligned, then everything back */
   static void *blocks[SC_COUNT + 1][PER_CLASS];
   for (unsigned c = 1; c <= SC_COUNT; c++)

@@ -1,0 +1,139 @@
+/*
+ * rseq: the restartable sequences of the per-CPU magazines (x86-64; elsewhere there are none
+ * and magazines are per thread).
+ *
+ * A sequence reads the number of the CPU it runs on from the thread's rseq area, works on that
+ * CPU's data and ends with a single store, its commit. If the thread is preempted, migrated or
+ * signalled before the commit, the kernel resumes it at the sequence's abort handler, which
+ * starts it again. So a sequence that commits ran from start to end on one CPU, and no other
+ * thread ran there in between: per-CPU data needs no atomic instruction and no lock.
+ *
+ * glibc registers each thread's area (at __rseq_offset from the thread pointer); magpie uses it
+ * and registers none. Each sequence has a descriptor in section __rseq_cs (version, flags, start,
+ * length, abort address), stored in the area's rseq_cs field before the sequence starts; the
+ * abort handler follows the 4-byte signature glibc registered, which the kernel checks.
+ *
+ * ThreadSanitizer cannot see the ordering the kernel gives (a block freed by one thread and
+ * allocated by another on the same CPU looks like a race to it), so its builds have no sequences
+ * and test the per-thread magazines.
+ *
+ * The sequences work on an array of per-CPU records (mag.h: mag_cpu_t, stride bytes apart);
+ * `slot` is the offset, in a record, of a class's loaded magazine pointer.
+ */
+#ifndef MAGPIE_RSEQ_H
+#define MAGPIE_RSEQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+#define RSEQ_SUPPORTED 1
+
+#define RSEQ_SIG "0x53053053" /* glibc's RSEQ_SIG on x86 */
+#define RSEQ_CPU_ID "4"       /* offsetof(struct rseq, cpu_id) */
+#define RSEQ_CS "8"           /* offsetof(struct rseq, rseq_cs) */
+
+/* Label 3: the descriptor of the sequence from 1 to 2 aborting to 4; label 0: (re)start, which
+   publishes the descriptor. The abort handler, out of line, restarts. */
+#define RSEQ_BEGIN(tmp, area)                                                                      \
+  ".pushsection __rseq_cs, \"aw\"\n\t"                                                             \
+  ".balign 32\n"                                                                                   \
+  "3:\t.long 0, 0\n\t"                                                                             \
+  ".quad 1f, 2f - 1f, 4f\n\t"                                                                      \
+  ".popsection\n"                                                                                  \
+  "0:\tleaq 3b(%%rip), " tmp "\n\t"                                                                \
+  "movq " tmp ", %%fs:" RSEQ_CS "(" area ")\n"                                                     \
+  "1:\t"
+
+#define RSEQ_END                                                                                   \
+  "2:\n\t"                                                                                         \
+  ".pushsection __rseq_failure, \"ax\"\n\t"                                                        \
+  ".byte 0x0f, 0xb9, 0x3d\n\t" /* ud1: the signature is the operand of a trapping opcode */        \
+  ".long " RSEQ_SIG "\n"                                                                           \
+  "4:\tjmp 0b\n\t"                                                                                 \
+  ".popsection\n"
+
+/* One instruction a line: */
+/* clang-format off */
+
+/* Pops an object from the current CPU's loaded magazine of the class at `slot`; NULL if it is
+   empty. Commit: the magazine's new count. */
+static inline void *rseq_pop(char *cpus, size_t stride, size_t slot, ptrdiff_t area) {
+  void *obj;
+  uint64_t t, m;
+  __asm__ __volatile__(
+      RSEQ_BEGIN("%[t]", "%[area]")
+      "movl %%fs:" RSEQ_CPU_ID "(%[area]), %k[t]\n\t"
+      "imulq %[stride], %[t]\n\t"
+      "addq %[cpus], %[t]\n\t"
+      "movq (%[t], %[slot]), %[m]\n\t"     /* the loaded magazine */
+      "xorl %k[obj], %k[obj]\n\t"
+      "movl (%[m]), %k[t]\n\t"             /* n */
+      "testl %k[t], %k[t]\n\t"
+      "jz 2f\n\t"
+      "subl $1, %k[t]\n\t"
+      "movq 24(%[m], %[t], 8), %[obj]\n\t" /* rounds[n - 1] */
+      "movl %k[t], (%[m])\n"                /* commit: n - 1 */
+      RSEQ_END
+      : [obj] "=&r"(obj), [t] "=&r"(t), [m] "=&r"(m)
+      : [area] "r"(area), [cpus] "r"(cpus), [slot] "r"(slot), [stride] "r"(stride)
+      : "memory", "cc");
+  return obj;
+}
+
+/* Pushes obj onto the current CPU's loaded magazine of the class at `slot`; 0 if it is full.
+   Commit: the magazine's new count (the round above the count is free until then). */
+static inline int rseq_push(char *cpus, size_t stride, size_t slot, ptrdiff_t area, void *obj) {
+  uint64_t t, m;
+  uint32_t ok;
+  __asm__ __volatile__(
+      RSEQ_BEGIN("%[t]", "%[area]")
+      "movl %%fs:" RSEQ_CPU_ID "(%[area]), %k[t]\n\t"
+      "imulq %[stride], %[t]\n\t"
+      "addq %[cpus], %[t]\n\t"
+      "movq (%[t], %[slot]), %[m]\n\t"     /* the loaded magazine */
+      "xorl %[ok], %[ok]\n\t"
+      "movl (%[m]), %k[t]\n\t"             /* n */
+      "cmpl 4(%[m]), %k[t]\n\t"            /* cap */
+      "je 2f\n\t"
+      "movq %[obj], 24(%[m], %[t], 8)\n\t" /* rounds[n] */
+      "movl $1, %[ok]\n\t"
+      "addl $1, %k[t]\n\t"
+      "movl %k[t], (%[m])\n"                /* commit: n + 1 */
+      RSEQ_END
+      : [ok] "=&r"(ok), [t] "=&r"(t), [m] "=&r"(m)
+      : [area] "r"(area), [cpus] "r"(cpus), [slot] "r"(slot), [stride] "r"(stride), [obj] "r"(obj)
+      : "memory", "cc");
+  return (int)ok;
+}
+
+/* Stores v into *where if the thread runs on `cpu`; returns whether it did. */
+static inline int rseq_store_on(unsigned cpu, void **where, void *v, ptrdiff_t area) {
+  uint64_t t;
+  uint32_t ok;
+  __asm__ __volatile__(
+      RSEQ_BEGIN("%[t]", "%[area]")
+      "xorl %[ok], %[ok]\n\t"
+      "cmpl %%fs:" RSEQ_CPU_ID "(%[area]), %[cpu]\n\t"
+      "jne 2f\n\t"
+      "movl $1, %[ok]\n\t"
+      "movq %[v], (%[where])\n"             /* commit */
+      RSEQ_END
+      : [ok] "=&r"(ok), [t] "=&r"(t)
+      : [area] "r"(area), [cpu] "r"(cpu), [where] "r"(where), [v] "r"(v)
+      : "memory", "cc");
+  return (int)ok;
+}
+
+/* clang-format on */
+
+/* The CPU the thread runs on (it may move at once); negative if its area is not registered. */
+static inline int rseq_cpu(ptrdiff_t area) {
+  return *(volatile int32_t *)((char *)__builtin_thread_pointer() + area + 4);
+}
+
+#else
+#define RSEQ_SUPPORTED 0
+#endif
+
+#endif

@@ -1,0 +1,137 @@
+/*
+ * The per-CPU magazines (mag.c, rseq.h), driven through magpie_* and the layers' functions:
+ *   - with glibc's rseq area, malloc's magazines are per CPU;
+ *   - threads moved between CPUs all the time (a mover thread changes their affinity) while
+ *     they allocate, write, hand blocks to each other and free: no block is handed out twice
+ *     (each carries its owner's pattern, checked before it is freed), and none is lost (after
+ *     everything is freed and trimmed, no slab is left);
+ *   - the reaper leaves a CPU's magazines alone while the CPU misses, and takes both of them,
+ *     the loaded one too (fenced with membarrier), once it has been quiet for an interval.
+ * Exits 77 (skipped) where glibc registered no rseq area.
+ */
+#define _GNU_SOURCE
+#include "cache.h"
+#include "depot.h"
+#include "mag.h"
+#include "magpie.h"
+#include "os.h"
+#include "sizeclass.h"
+#include "unit.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <string.h>
+
+#define WORKERS 8
+#define OPS 150000
+#define SLOTS 64
+#define SHARED 256
+#define QUIET_SIZE 3000 /* a class nothing else here uses */
+
+static size_t total_slabs(void) {
+  size_t n = 0;
+  for (unsigned c = 1; c <= SC_COUNT; c++) {
+    lock_acquire(&malloc_caches[c].slab_lock);
+    n += malloc_caches[c].slabs;
+    lock_release(&malloc_caches[c].slab_lock);
+  }
+  return n;
+}
+
+static size_t objects_out(cache_t *cp) {
+  lock_acquire(&cp->slab_lock);
+  size_t n = cp->slab_objects_out;
+  lock_release(&cp->slab_lock);
+  return n;
+}
+
+/* A block's first word is its size, then a byte pattern of its owner's seed. */
+static void *block_new(uint64_t *rng) {
+  size_t size = 16 + unit_rand(rng) % 2048;
+  unsigned char *p = magpie_malloc(size);
+  UCHECK(p != NULL);
+  ((size_t *)p)[0] = size;
+  memset(p + sizeof(size_t), (int)(size & 0xff), size - sizeof(size_t));
+  return p;
+}
+
+static void block_free(void *p) {
+  size_t size = ((size_t *)p)[0];
+  const unsigned char *b = p;
+  for (size_t i = sizeof(size_t); i < size; i++)
+    UCHECK(b[i] == (unsigned char)(size & 0xff));
+  magpie_free(p);
+}
+
+static void *shared[SHARED]; /* blocks passed between workers (atomic exchange) */
+static pthread_t workers[WORKERS];
+static int workers_done;
+
+static void *worker(void *arg) {
+  uint64_t rng = (uintptr_t)arg * 0x9E3779B97F4A7C15ull + 1;
+  void *mine[SLOTS] = {0};
+  for (int i = 0; i < OPS; i++) {
+    uint64_t r = unit_rand(&rng);
+    void **slot = r & 1 ? &mine[(r >> 8) % SLOTS] : &shared[(r >> 8) % SHARED];
+    void *old = __atomic_exchange_n(slot, block_new(&rng), __ATOMIC_ACQ_REL);
+    if (old) block_free(old);
+  }
+  for (int i = 0; i < SLOTS; i++)
+    if (mine[i]) block_free(mine[i]);
+  __atomic_add_fetch(&workers_done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* Moves the workers to random CPUs, again and again, until all are done (they are joined
+   after the mover, so that their handles stay valid). */
+static void *mover(void *arg) {
+  (void)arg;
+  uint64_t rng = 7;
+  unsigned ncpu = os_cpu_possible();
+  while (__atomic_load_n(&workers_done, __ATOMIC_ACQUIRE) < WORKERS) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(unit_rand(&rng) % ncpu, &set);
+    pthread_setaffinity_np(workers[unit_rand(&rng) % WORKERS], sizeof set, &set); /* may fail */
+    sched_yield();
+  }
+  return NULL;
+}
+
+int main(void) {
+  if (!os_rseq_available()) {
+    fprintf(stderr, "percpu: glibc registered no rseq area: skipped\n");
+    return 77;
+  }
+  UCHECK(mag_percpu());
+
+  /* 1. migrating threads: nothing handed out twice, nothing lost */
+  pthread_t m;
+  for (uintptr_t i = 0; i < WORKERS; i++)
+    UCHECK(pthread_create(&workers[i], NULL, worker, (void *)i) == 0);
+  UCHECK(pthread_create(&m, NULL, mover, NULL) == 0);
+  UCHECK(pthread_join(m, NULL) == 0);
+  for (int i = 0; i < WORKERS; i++)
+    UCHECK(pthread_join(workers[i], NULL) == 0);
+  for (int i = 0; i < SHARED; i++)
+    if (shared[i]) block_free(shared[i]);
+  UCHECK(total_slabs() > 0); /* the CPUs' magazines and the depots hold the freed blocks */
+  magpie_trim();
+  UCHECK(total_slabs() == 0);
+
+  /* 2. the reaper takes a CPU's magazines, loaded ones included, only once it is quiet */
+  cache_t *qc = &malloc_caches[sc_of(QUIET_SIZE)];
+  static void *objs[400];
+  mag_reclaim_idle(); /* start an interval */
+  for (int i = 0; i < 400; i++)
+    UCHECK((objs[i] = magpie_malloc(QUIET_SIZE)) != NULL);
+  for (int i = 0; i < 400; i++)
+    magpie_free(objs[i]);
+  mag_reclaim_idle(); /* the CPUs that hold these objects missed in this interval */
+  depot_reap(qc, true);
+  UCHECK(objects_out(qc) > 0);
+  mag_reclaim_idle(); /* quiet since: both magazines of every CPU go to the depot */
+  depot_reap(qc, true);
+  UCHECK(objects_out(qc) == 0);
+  return 0;
+}
