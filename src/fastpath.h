@@ -37,19 +37,21 @@ void free_slow_kind(void *p, size_t size, size_t align, int kind);
 /* Pops from the loaded magazine of class c the thread uses; NULL if it is empty. */
 static inline void *fast_pop(tcache_t *tc, unsigned c) {
 #if RSEQ_SUPPORTED
-  if (tc->cpus) return rseq_pop(tc->cpus, sizeof(mag_cpu_t), MAG_CPU_SLOT(c), mag_rseq_area);
+  if (tc->cpus) return rseq_pop(tc->cpus + MAG_CPU_SLOT(c), mag_rseq_area);
 #endif
   mag_t *m = tc->cls[c].loaded;
   uint32_t n = m->n;
   if (!MP_LIKELY(n != 0)) return NULL;
   m->n = n - 1;
-  return m->rounds[n - 1];
+  void *p = m->rounds[n - 1];
+  if (p == NULL) __builtin_unreachable(); /* rounds are blocks: the caller need not test again */
+  return p;
 }
 
 /* Pushes p onto the loaded magazine of class c the thread uses; 0 if it is full. */
 static inline int fast_push(tcache_t *tc, unsigned c, void *p) {
 #if RSEQ_SUPPORTED
-  if (tc->cpus) return rseq_push(tc->cpus, sizeof(mag_cpu_t), MAG_CPU_SLOT(c), mag_rseq_area, p);
+  if (tc->cpus) return rseq_push(tc->cpus + MAG_CPU_SLOT(c), mag_rseq_area, p);
 #endif
   mag_t *m = tc->cls[c].loaded;
   uint32_t n = m->n;

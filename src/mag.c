@@ -1,38 +1,47 @@
 /*
- * mag: the magazine layer, per thread (Bonwick & Adams, USENIX 2001, section 3, with threads
- * in place of CPUs; docs/design.md says why and what it costs).
+ * mag: the magazine layer (Bonwick & Adams, USENIX 2001, section 3): per CPU where glibc
+ * registered an rseq area, per thread otherwise. docs/design.md says why and what each costs.
  *
  * Theory
- *   1. Each thread owns a tcache: for every cache it uses, a loaded and a previous magazine.
- *      Allocation pops from the loaded one, free pushes onto it (fastpath.h). When the loaded
- *      magazine is empty (full), the previous one is tried, and only when both are exhausted
- *      does the thread trade a magazine with the depot: a miss costs one depot trip per `cap`
+ *   1. For every cache there is a loaded and a previous magazine, a CPU's (malloc's classes,
+ *      percpu=1) or a thread's tcache's (percpu=0, no rseq, ThreadSanitizer builds, and object
+ *      caches always). Allocation pops from the loaded one, free pushes onto it (fastpath.h).
+ *      When the loaded magazine is empty (full), the previous one is tried, and only when both
+ *      are exhausted is a magazine traded with the depot: a miss costs one depot trip per `cap`
  *      operations at worst, and alternating alloc/free never reaches the depot at all.
  *   2. The empty-magazine trick (kmem): a thread starts on tcache_boot, whose magazines are the
- *      shared sentinel mag_empty (no rounds, no room). Its first allocation misses, and the
- *      miss initialises magpie and the thread; the fast path never asks "initialised?".
- *      A slot's loaded magazine is the sentinel only while its previous one is too.
- *   3. Only the owning thread touches its loaded magazines, without locks. Others read its
- *      counters for statistics (see STAT_ADD in mag.h) and, under mag_registry_lock, take
- *      an object cache's magazines when that cache is destroyed (the program guarantees the
- *      cache is no longer in use then). The previous magazines of malloc's classes, which the
- *      fast path never touches, are guarded by the tcache's lock, taken by the owner's slow
- *      paths: the reaper takes them from threads that have not missed for a whole interval
- *      (mag_reclaim_idle), so that an idle thread holds at most its loaded magazines; a
- *      thread asleep after freeing a burst would otherwise keep both full for ever.
- *   4. Thread exit: a pthread key destructor gives the thread's magazines to the depots, folds
+ *      shared sentinel mag_empty (no rounds, no room) and which has no CPU magazines. Its first
+ *      allocation misses, and the miss initialises magpie and the thread; the fast path never
+ *      asks "initialised?". Fresh CPU magazines are sentinels too.
+ *   3. Per CPU: pop and push are restartable sequences on the CPU's loaded magazine (rseq.h),
+ *      correct against preemption, migration and signals without atomics. Everything else
+ *      happens under the CPU's lock, and a slow path changes only the previous magazine (which
+ *      no sequence touches) before making it the loaded one with a sequence that commits only
+ *      on that CPU (mag_cpu_install). A thread that moved meanwhile leaves the CPU's loaded
+ *      magazine in place and parks the new one as the previous: nothing is lost or shared.
+ *      Memory is bounded by CPUs, not threads: hundreds of threads share two CPUs' magazines.
+ *   4. Per thread: only the owner touches its loaded magazines, without locks. Others read its
+ *      counters for statistics (see STAT_ADD in mag.h) and, under mag_registry_lock, take an
+ *      object cache's magazines when that cache is destroyed (the program guarantees the cache
+ *      is no longer in use then). The previous magazines are guarded by the tcache's lock.
+ *   5. Reaping idle magazines: at each reap (cache.c, at most once per reap_ms) a thread or CPU
+ *      that has not missed since the last one gives its previous magazines to the depots. A
+ *      CPU gives its loaded ones too: they are replaced by the sentinel and the CPU is fenced
+ *      (membarrier restarts any sequence still using one), after which they are the reaper's.
+ *      A sleeping thread's loaded magazines cannot be taken: only per-CPU mode empties fully.
+ *   6. Thread exit: a pthread key destructor gives the thread's magazines to the depots, folds
  *      its counters into mag_exited and switches the thread to tcache_dead, whose misses go
  *      straight to the slab layer for whatever the rest of thread teardown allocates.
- *   5. Held bytes: objects handed to threads (in their magazines or live) are counted at each
- *      magazine movement, a close upper bound of live bytes kept without any fast-path cost.
- *   6. Slow start: a magazine refilled from the slab layer takes one cache line's worth of
+ *   7. Counting: each thread counts its own allocations and frees, in either mode. Held bytes
+ *      (objects out of the slab layer, in magazines or live) are counted at each magazine
+ *      movement, a close upper bound of live bytes kept without any fast-path cost.
+ *   8. Slow start: a magazine refilled from the slab layer takes one cache line's worth of
  *      objects the first time (mag_fill_start) and twice as many each time after, up to its
- *      size; a thread's first magazine of a class holds only that many rounds and is traded
- *      for a full-size one once outgrown.
- *      A thread that allocates a few objects of a class (hundreds of mostly idle threads) so
- *      reserves a few objects and a few words, and threads sharing a slab share its pages.
- *   7. Reaping: the slow path runs the periodic reap (cache.c) at most once per reap_ms.
- *   Lock order: mag_registry_lock, a tcache's lock, then depot locks, then slab locks.
+ *      size; a first magazine of a class holds only that many rounds and is traded for a
+ *      full-size one once outgrown. A thread that allocates a few objects of a class so
+ *      reserves a few objects and a few words.
+ *   Lock order: mag_registry_lock, a tcache's or a CPU's lock, then depot locks, then slab
+ *   locks.
  */
 #include "mag.h"
 #include "depot.h"
@@ -55,6 +64,7 @@ _Static_assert(offsetof(tclass_t, loaded) == 0, "rseq.h finds the loaded magazin
 _Static_assert(offsetof(mag_t, n) == 0 && offsetof(mag_t, cap) == 4 &&
                    offsetof(mag_t, rounds) == 24,
                "rseq.h's sequences use these offsets");
+_Static_assert(sizeof(mag_cpu_t) == 4096, "rseq.h's sequences find CPU i's record at i << 12");
 
 #define TCLASS_EMPTY                                                                               \
   { &mag_empty, &mag_empty, 0, 0 }
@@ -260,7 +270,7 @@ static void mag_cpu_install(mag_cpu_t *mc, unsigned cpu, unsigned c, const tclas
 }
 
 static void *mag_cpu_alloc(cache_t *cp, unsigned c) {
-  void *obj = rseq_pop(mag_cpus, sizeof(mag_cpu_t), MAG_CPU_SLOT(c), mag_rseq_area);
+  void *obj = rseq_pop(mag_cpus + MAG_CPU_SLOT(c), mag_rseq_area);
   if (obj) return obj;
   unsigned cpu;
   mag_cpu_t *mc = mag_cpu_lock(&cpu);
@@ -273,7 +283,7 @@ static void *mag_cpu_alloc(cache_t *cp, unsigned c) {
 
 /* Returns false when no magazine had room; the caller frees to the slab itself. */
 static bool mag_cpu_free(cache_t *cp, unsigned c, void *obj) {
-  if (rseq_push(mag_cpus, sizeof(mag_cpu_t), MAG_CPU_SLOT(c), mag_rseq_area, obj)) return true;
+  if (rseq_push(mag_cpus + MAG_CPU_SLOT(c), mag_rseq_area, obj)) return true;
   unsigned cpu;
   mag_cpu_t *mc = mag_cpu_lock(&cpu);
   tclass_t t = mc->cls[c];
@@ -406,14 +416,14 @@ void mag_cache_free(cache_t *cp, void *obj) {
   mag_push(cp, mag_slot(mag_self(), cp), obj);
 }
 
-/* Gives a thread's magazines of one cache to its depot. */
-/* Gives one of a thread's magazines of cp (or the sentinel) to the depot. */
+/* Gives a magazine of cp (or the sentinel: nothing) to its depot. */
 static void mag_give(cache_t *cp, mag_t *m) {
   if (m == &mag_empty) return;
   stats_held_add(-(ptrdiff_t)(m->n * cp->size));
   depot_put(cp, m);
 }
 
+/* Gives a thread's magazines of one cache to its depot. */
 static void mag_give_back(cache_t *cp, tclass_t *t) {
   mag_give(cp, t->loaded);
   mag_give(cp, t->prev);

@@ -57,9 +57,9 @@ typedef struct tcache {
 typedef struct mag_cpu {
   tclass_t cls[SC_COUNT + 1]; /* the counters stay zero: threads count their own operations */
   lock_t lock;
-  uint32_t misses;      /* slow paths taken on this CPU (lock) */
-  uint32_t misses_seen; /* misses at the last mag_reclaim_idle (lock) */
-} __attribute__((aligned(64))) mag_cpu_t;
+  uint32_t misses;                          /* slow paths taken on this CPU (lock) */
+  uint32_t misses_seen;                     /* misses at the last mag_reclaim_idle (lock) */
+} __attribute__((aligned(4096))) mag_cpu_t; /* rseq.h: CPU i's record is at i << 12 */
 
 #define MAG_CPU_SLOT(c) (offsetof(mag_cpu_t, cls) + (c) * sizeof(tclass_t)) /* &cls[c].loaded */
 

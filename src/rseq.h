@@ -17,8 +17,8 @@
  * allocated by another on the same CPU looks like a race to it), so its builds have no sequences
  * and test the per-thread magazines.
  *
- * The sequences work on an array of per-CPU records (mag.h: mag_cpu_t, stride bytes apart);
- * `slot` is the offset, in a record, of a class's loaded magazine pointer.
+ * The sequences work on an array of per-CPU records (mag.h: mag_cpu_t, 4 KiB apart): `slot` is
+ * the address of a class's loaded magazine pointer in CPU 0's record.
  */
 #ifndef MAGPIE_RSEQ_H
 #define MAGPIE_RSEQ_H
@@ -32,6 +32,7 @@
 #define RSEQ_SIG "0x53053053" /* glibc's RSEQ_SIG on x86 */
 #define RSEQ_CPU_ID "4"       /* offsetof(struct rseq, cpu_id) */
 #define RSEQ_CS "8"           /* offsetof(struct rseq, rseq_cs) */
+#define RSEQ_CPU_SHIFT "12"   /* per-CPU records are 4 KiB apart (mag.c checks) */
 
 /* Label 3: the descriptor of the sequence from 1 to 2 aborting to 4; label 0: (re)start, which
    publishes the descriptor. The abort handler, out of line, restarts. */
@@ -58,71 +59,66 @@
 
 /* Pops an object from the current CPU's loaded magazine of the class at `slot`; NULL if it is
    empty. Commit: the magazine's new count. */
-static inline void *rseq_pop(char *cpus, size_t stride, size_t slot, ptrdiff_t area) {
+static inline void *rseq_pop(char *slot, ptrdiff_t area) {
   void *obj;
-  uint64_t t, m;
   __asm__ __volatile__(
-      RSEQ_BEGIN("%[t]", "%[area]")
-      "movl %%fs:" RSEQ_CPU_ID "(%[area]), %k[t]\n\t"
-      "imulq %[stride], %[t]\n\t"
-      "addq %[cpus], %[t]\n\t"
-      "movq (%[t], %[slot]), %[m]\n\t"     /* the loaded magazine */
+      RSEQ_BEGIN("%%rax", "%[area]")
+      "movl %%fs:" RSEQ_CPU_ID "(%[area]), %%eax\n\t"
+      "shlq $" RSEQ_CPU_SHIFT ", %%rax\n\t"
+      "movq (%%rax, %[slot]), %%rcx\n\t" /* the loaded magazine */
       "xorl %k[obj], %k[obj]\n\t"
-      "movl (%[m]), %k[t]\n\t"             /* n */
-      "testl %k[t], %k[t]\n\t"
+      "movl (%%rcx), %%eax\n\t"          /* n */
+      "testl %%eax, %%eax\n\t"
       "jz 2f\n\t"
-      "subl $1, %k[t]\n\t"
-      "movq 24(%[m], %[t], 8), %[obj]\n\t" /* rounds[n - 1] */
-      "movl %k[t], (%[m])\n"                /* commit: n - 1 */
+      "subl $1, %%eax\n\t"
+      "movq 24(%%rcx, %%rax, 8), %[obj]\n\t" /* rounds[n - 1] */
+      "movl %%eax, (%%rcx)\n"             /* commit: n - 1 */
       RSEQ_END
-      : [obj] "=&r"(obj), [t] "=&r"(t), [m] "=&r"(m)
-      : [area] "r"(area), [cpus] "r"(cpus), [slot] "r"(slot), [stride] "r"(stride)
-      : "memory", "cc");
+      : [obj] "=&r"(obj)
+      : [area] "r"(area), [slot] "r"(slot)
+      : "memory", "cc", "rax", "rcx");
   return obj;
 }
 
 /* Pushes obj onto the current CPU's loaded magazine of the class at `slot`; 0 if it is full.
    Commit: the magazine's new count (the round above the count is free until then). */
-static inline int rseq_push(char *cpus, size_t stride, size_t slot, ptrdiff_t area, void *obj) {
-  uint64_t t, m;
-  uint32_t ok;
-  __asm__ __volatile__(
-      RSEQ_BEGIN("%[t]", "%[area]")
-      "movl %%fs:" RSEQ_CPU_ID "(%[area]), %k[t]\n\t"
-      "imulq %[stride], %[t]\n\t"
-      "addq %[cpus], %[t]\n\t"
-      "movq (%[t], %[slot]), %[m]\n\t"     /* the loaded magazine */
-      "xorl %[ok], %[ok]\n\t"
-      "movl (%[m]), %k[t]\n\t"             /* n */
-      "cmpl 4(%[m]), %k[t]\n\t"            /* cap */
-      "je 2f\n\t"
-      "movq %[obj], 24(%[m], %[t], 8)\n\t" /* rounds[n] */
-      "movl $1, %[ok]\n\t"
-      "addl $1, %k[t]\n\t"
-      "movl %k[t], (%[m])\n"                /* commit: n + 1 */
+static inline int rseq_push(char *slot, ptrdiff_t area, void *obj) {
+  __asm__ goto(
+      RSEQ_BEGIN("%%rax", "%[area]")
+      "movl %%fs:" RSEQ_CPU_ID "(%[area]), %%eax\n\t"
+      "shlq $" RSEQ_CPU_SHIFT ", %%rax\n\t"
+      "movq (%%rax, %[slot]), %%rcx\n\t" /* the loaded magazine */
+      "movl (%%rcx), %%eax\n\t"          /* n */
+      "cmpl 4(%%rcx), %%eax\n\t"         /* cap */
+      "je %l[full]\n\t"
+      "movq %[obj], 24(%%rcx, %%rax, 8)\n\t" /* rounds[n] */
+      "addl $1, %%eax\n\t"
+      "movl %%eax, (%%rcx)\n"             /* commit: n + 1 */
       RSEQ_END
-      : [ok] "=&r"(ok), [t] "=&r"(t), [m] "=&r"(m)
-      : [area] "r"(area), [cpus] "r"(cpus), [slot] "r"(slot), [stride] "r"(stride), [obj] "r"(obj)
-      : "memory", "cc");
-  return (int)ok;
+      :
+      : [area] "r"(area), [slot] "r"(slot), [obj] "r"(obj)
+      : "memory", "cc", "rax", "rcx"
+      : full);
+  return 1;
+full:
+  return 0;
 }
 
 /* Stores v into *where if the thread runs on `cpu`; returns whether it did. */
 static inline int rseq_store_on(unsigned cpu, void **where, void *v, ptrdiff_t area) {
-  uint64_t t;
-  uint32_t ok;
-  __asm__ __volatile__(
-      RSEQ_BEGIN("%[t]", "%[area]")
-      "xorl %[ok], %[ok]\n\t"
+  __asm__ goto(
+      RSEQ_BEGIN("%%rax", "%[area]")
       "cmpl %%fs:" RSEQ_CPU_ID "(%[area]), %[cpu]\n\t"
-      "jne 2f\n\t"
-      "movl $1, %[ok]\n\t"
-      "movq %[v], (%[where])\n"             /* commit */
+      "jne %l[moved]\n\t"
+      "movq %[v], (%[where])\n"           /* commit */
       RSEQ_END
-      : [ok] "=&r"(ok), [t] "=&r"(t)
+      :
       : [area] "r"(area), [cpu] "r"(cpu), [where] "r"(where), [v] "r"(v)
-      : "memory", "cc");
-  return (int)ok;
+      : "memory", "cc", "rax"
+      : moved);
+  return 1;
+moved:
+  return 0;
 }
 
 /* clang-format on */

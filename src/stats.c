@@ -163,6 +163,7 @@ void stats_write(int fd, int format) {
   out_field(&o, "threads_total", s.threads_ever, json);
   out_field(&o, "cpus", os_cpu_count(), json);
   out_field(&o, "rseq", os_rseq_available(), json);
+  out_field(&o, "percpu", mag_percpu(), json);
   out_str(&o, json ? ",\"classes\":["
                    : "  class     size       allocs        frees   slabs  cached  depot mag\n");
   bool first = true;
