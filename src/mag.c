@@ -3,12 +3,14 @@
  * registered an rseq area, per thread otherwise. docs/design.md says why and what each costs.
  *
  * Theory
- *   1. For every cache there is a loaded and a previous magazine, a CPU's (malloc's classes,
- *      percpu=1) or a thread's tcache's (percpu=0, no rseq, ThreadSanitizer builds, and object
- *      caches always). Allocation pops from the loaded one, free pushes onto it (fastpath.h).
- *      When the loaded magazine is empty (full), the previous one is tried, and only when both
- *      are exhausted is a magazine traded with the depot: a miss costs one depot trip per `cap`
- *      operations at worst, and alternating alloc/free never reaches the depot at all.
+ *   1. For every cache there is a loaded and a previous magazine, a CPU's or a thread's
+ *      tcache's: a CPU's for malloc's classes in threads started while threads outnumber the
+ *      CPUs (theory 3), the thread's own otherwise (and always for object caches, with
+ *      percpu=0, without rseq, in ThreadSanitizer builds). Allocation pops from the loaded one,
+ * free pushes onto it (fastpath.h). When the loaded magazine is empty (full), the previous one is
+ * tried, and only when both are exhausted is a magazine traded with the depot: a miss costs one
+ * depot trip per `cap` operations at worst, and alternating alloc/free never reaches the depot at
+ * all.
  *   2. The empty-magazine trick (kmem): a thread starts on tcache_boot, whose magazines are the
  *      shared sentinel mag_empty (no rounds, no room) and which has no CPU magazines. Its first
  *      allocation misses, and the miss initialises magpie and the thread; the fast path never
@@ -20,6 +22,10 @@
  *      on that CPU (mag_cpu_install). A thread that moved meanwhile leaves the CPU's loaded
  *      magazine in place and parks the new one as the previous: nothing is lost or shared.
  *      Memory is bounded by CPUs, not threads: hundreds of threads share two CPUs' magazines.
+ *      But threads that take turns on a CPU get neighbouring objects from its magazines, which
+ *      share cache lines once the threads run apart (thrash-t2 ran 3x slower on a busy machine):
+ *      so the first percpu_threads threads (twice the CPUs) keep magazines of their own, which
+ *      hand out line-aligned runs (theory 8), and only the threads beyond share the CPUs'.
  *   4. Per thread: only the owner touches its loaded magazines, without locks. Others read its
  *      counters for statistics (see STAT_ADD in mag.h) and, under mag_registry_lock, take an
  *      object cache's magazines when that cache is destroyed (the program guarantees the cache
@@ -82,7 +88,8 @@ static meta_pool_t tcache_pool = META_POOL(META_LINES(sizeof(tcache_t)));
 static pthread_key_t mag_key;
 static lock_t mag_registry_lock = LOCK_INIT;
 static tcache_t mag_registry = {.next = &mag_registry, .prev = &mag_registry};
-static mag_totals_t mag_exited; /* counters of exited threads (mag_registry_lock) */
+static mag_totals_t mag_exited;   /* counters of exited threads (mag_registry_lock) */
+static unsigned mag_threads_live; /* threads with a tcache (mag_registry_lock) */
 
 static mag_cpu_t *mag_cpu(unsigned cpu) {
   return (mag_cpu_t *)(mag_cpus + (size_t)cpu * sizeof(mag_cpu_t));
@@ -104,11 +111,15 @@ static void mag_cpu_init(void) {
 #endif
 }
 
-/* The per-CPU magazines for a starting thread, if it has a registered rseq area. */
-static char *mag_cpu_thread(void) {
+/* The per-CPU magazines for a thread starting as the live-th, if threads outnumber the CPUs
+   enough (see theory 3) and it has a registered rseq area; NULL: its own magazines. */
+static char *mag_cpu_thread(unsigned live) {
 #if RSEQ_SUPPORTED
-  int cpu = mag_cpus ? rseq_cpu(mag_rseq_area) : -1;
+  size_t few = opt.percpu_threads ? opt.percpu_threads : 2 * (size_t)os_cpu_count();
+  int cpu = mag_cpus && live > few ? rseq_cpu(mag_rseq_area) : -1;
   if (cpu >= 0 && (unsigned)cpu < mag_ncpus) return mag_cpus;
+#else
+  (void)live;
 #endif
   return NULL;
 }
@@ -127,8 +138,8 @@ static tcache_t *mag_thread_start(void) {
   for (unsigned c = 0; c <= SC_COUNT; c++)
     tc->cls[c] = (tclass_t)TCLASS_EMPTY;
   tc->sample_left = sample_countdown();
-  tc->cpus = mag_cpu_thread();
   lock_acquire(&mag_registry_lock);
+  tc->cpus = mag_cpu_thread(++mag_threads_live);
   tc->next = mag_registry.next;
   tc->prev = &mag_registry;
   mag_registry.next->prev = tc;
@@ -526,6 +537,7 @@ void mag_thread_exit(void *arg) {
       if (tc->slots[i].cache) mag_give_back(tc->slots[i].cache, &tc->slots[i].mags);
   tc->prev->next = tc->next;
   tc->next->prev = tc->prev;
+  mag_threads_live--;
   mag_fold(&mag_exited, tc);
   lock_release(&mag_registry_lock);
   if (tc->slots) os_unmap(tc->slots, MAG_CACHE_SLOTS * sizeof(tslot_t));
@@ -571,7 +583,9 @@ bool mag_fork_child(void) {
     }
   }
   mag_registry.next = mag_registry.prev = &mag_registry;
+  mag_threads_live = 0;
   if (self != &tcache_boot && self != &tcache_dead) {
+    mag_threads_live = 1;
     lock_init(&self->lock);
     self->next = self->prev = &mag_registry;
     mag_registry.next = mag_registry.prev = self;

@@ -48,6 +48,7 @@ static const opt_entry_t opt_table[] = {
     {"reaper", OPT_SIZE, offsetof(options_t, reaper)},
     {"sample", OPT_SIZE, offsetof(options_t, sample)},
     {"percpu", OPT_SIZE, offsetof(options_t, percpu)},
+    {"percpu_threads", OPT_SIZE, offsetof(options_t, percpu_threads)},
 };
 
 static bool opt_parse_size(const char *s, size_t len, size_t *out) {

@@ -18,7 +18,8 @@ typedef struct options {
   size_t calloc_populate; /* calloc maps fresh pages of blocks up to this size at once */
   size_t sample;          /* about one small allocation in this many gets a guard page; 0 off */
   size_t reaper;          /* 1: a background thread reaps once the heap is big (cache.c) */
-  size_t percpu;          /* 1: malloc's magazines per CPU where rseq allows; 0: per thread */
+  size_t percpu;          /* 1: per-CPU magazines once threads outnumber CPUs; 0: never */
+  size_t percpu_threads;  /* threads that keep their own magazines; 0: twice the CPUs */
 } options_t;
 
 extern options_t opt;

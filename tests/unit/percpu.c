@@ -1,6 +1,7 @@
 /*
  * The per-CPU magazines (mag.c, rseq.h), driven through magpie_* and the layers' functions:
- *   - with glibc's rseq area, malloc's magazines are per CPU;
+ *   - with glibc's rseq area and percpu_threads=1 (CMakeLists.txt), the first thread keeps its
+ *     own magazines and every later one uses the CPUs';
  *   - threads moved between CPUs all the time (a mover thread changes their affinity) while
  *     they allocate, write, hand blocks to each other and free: no block is handed out twice
  *     (each carries its owner's pattern, checked before it is freed), and none is lost (after
@@ -68,6 +69,8 @@ static pthread_t workers[WORKERS];
 static int workers_done;
 
 static void *worker(void *arg) {
+  magpie_free(magpie_malloc(1)); /* sets the thread up */
+  UCHECK(mag_tls->cpus != NULL);
   uint64_t rng = (uintptr_t)arg * 0x9E3779B97F4A7C15ull + 1;
   void *mine[SLOTS] = {0};
   for (int i = 0; i < OPS; i++) {
@@ -98,12 +101,26 @@ static void *mover(void *arg) {
   return NULL;
 }
 
+/* Allocates and frees QUIET_SIZE blocks on per-CPU magazines, then exits (leaving them there). */
+static void *quiet_user(void *arg) {
+  (void)arg;
+  static void *objs[400];
+  for (int i = 0; i < 400; i++)
+    UCHECK((objs[i] = magpie_malloc(QUIET_SIZE)) != NULL);
+  UCHECK(mag_tls->cpus != NULL);
+  for (int i = 0; i < 400; i++)
+    magpie_free(objs[i]);
+  return NULL;
+}
+
 int main(void) {
   if (!os_rseq_available()) {
     fprintf(stderr, "percpu: glibc registered no rseq area: skipped\n");
     return 77;
   }
   UCHECK(mag_percpu());
+  magpie_free(magpie_malloc(1));
+  UCHECK(mag_tls->cpus == NULL); /* the first thread: threads do not outnumber CPUs yet */
 
   /* 1. migrating threads: nothing handed out twice, nothing lost */
   pthread_t m;
@@ -121,12 +138,10 @@ int main(void) {
 
   /* 2. the reaper takes a CPU's magazines, loaded ones included, only once it is quiet */
   cache_t *qc = &malloc_caches[sc_of(QUIET_SIZE)];
-  static void *objs[400];
   mag_reclaim_idle(); /* start an interval */
-  for (int i = 0; i < 400; i++)
-    UCHECK((objs[i] = magpie_malloc(QUIET_SIZE)) != NULL);
-  for (int i = 0; i < 400; i++)
-    magpie_free(objs[i]);
+  pthread_t q;
+  UCHECK(pthread_create(&q, NULL, quiet_user, NULL) == 0);
+  UCHECK(pthread_join(q, NULL) == 0);
   mag_reclaim_idle(); /* the CPUs that hold these objects missed in this interval */
   depot_reap(qc, true);
   UCHECK(objects_out(qc) > 0);
