@@ -16,6 +16,7 @@
 #include "mag.h"
 #include "magpie.h"
 #include "slab.h"
+#include "slabs.h"
 #include "unit.h"
 
 #include <pthread.h>
@@ -23,16 +24,6 @@
 
 #define PER_CLASS 300
 #define HANDOFF 20000
-
-static size_t total_slabs(void) {
-  size_t n = 0;
-  for (unsigned c = 1; c <= SC_COUNT; c++) {
-    lock_acquire(&malloc_caches[c].slab_lock);
-    n += malloc_caches[c].slabs;
-    lock_release(&malloc_caches[c].slab_lock);
-  }
-  return n;
-}
 
 static void *handoff[HANDOFF];
 
@@ -148,11 +139,11 @@ int main(void) {
       magpie_free(p);
     }
   }
-  UCHECK(total_slabs() > 0);
+  UCHECK(unit_total_slabs() > 0);
   magpie_trim();
   for (unsigned c = 1; c <= SC_COUNT; c++)
     slab_check(&malloc_caches[c]);
-  UCHECK(total_slabs() == 0 && heap_arena.in_use == 0);
+  UCHECK(unit_total_slabs() == 0 && heap_arena.in_use == 0);
 
   /* 2. producer/consumer: the consumer's magazines go to the depot when it exits */
   for (int i = 0; i < HANDOFF; i++) {
@@ -162,7 +153,7 @@ int main(void) {
   pthread_t t;
   UCHECK(pthread_create(&t, NULL, consumer, NULL) == 0 && pthread_join(t, NULL) == 0);
   magpie_trim();
-  UCHECK(total_slabs() == 0);
+  UCHECK(unit_total_slabs() == 0);
 
   /* 3. object cache: construct on entry, keep state across free/alloc, destruct on reap */
   cache_t *cp = (cache_t *)magpie_cache_create("unit", 40, 64, obj_ctor, obj_dtor, &ctor_calls, 0);

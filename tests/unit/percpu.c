@@ -17,6 +17,7 @@
 #include "magpie.h"
 #include "os.h"
 #include "sizeclass.h"
+#include "slabs.h"
 #include "unit.h"
 
 #include <pthread.h>
@@ -28,16 +29,6 @@
 #define SLOTS 64
 #define SHARED 256
 #define QUIET_SIZE 3000 /* a class nothing else here uses */
-
-static size_t total_slabs(void) {
-  size_t n = 0;
-  for (unsigned c = 1; c <= SC_COUNT; c++) {
-    lock_acquire(&malloc_caches[c].slab_lock);
-    n += malloc_caches[c].slabs;
-    lock_release(&malloc_caches[c].slab_lock);
-  }
-  return n;
-}
 
 static size_t objects_out(cache_t *cp) {
   lock_acquire(&cp->slab_lock);
@@ -132,9 +123,9 @@ int main(void) {
     UCHECK(pthread_join(workers[i], NULL) == 0);
   for (int i = 0; i < SHARED; i++)
     if (shared[i]) block_free(shared[i]);
-  UCHECK(total_slabs() > 0); /* the CPUs' magazines and the depots hold the freed blocks */
+  UCHECK(unit_total_slabs() > 0); /* the CPUs' magazines and the depots hold the freed blocks */
   magpie_trim();
-  UCHECK(total_slabs() == 0);
+  UCHECK(unit_total_slabs() == 0);
 
   /* 2. the reaper takes a CPU's magazines, loaded ones included, only once it is quiet */
   cache_t *qc = &malloc_caches[sc_of(QUIET_SIZE)];
