@@ -349,8 +349,7 @@ void *mag_malloc(unsigned c, size_t size) {
   void *p;
 #if RSEQ_SUPPORTED
   if (tc->cpus) {
-    if ((p = mag_cpu_alloc(&malloc_caches[c], c)) || (p = mag_direct_alloc(&malloc_caches[c])))
-      STAT_ADD(tc->cls[c].allocs, 1);
+    if ((p = mag_cpu_alloc(&malloc_caches[c], c))) STAT_ADD(tc->cls[c].allocs, 1);
   } else
 #endif
     p = mag_pop(&malloc_caches[c], mag_class(tc, c));
