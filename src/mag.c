@@ -51,6 +51,7 @@
  */
 #include "mag.h"
 #include "depot.h"
+#include "fastpath.h"
 #include "init.h"
 #include "meta.h"
 #include "options.h"
@@ -83,6 +84,7 @@ ptrdiff_t mag_rseq_area;
 static char *mag_cpus; /* mag_cpu_t[mag_ncpus], or NULL: magazines are per thread */
 static unsigned mag_ncpus;
 static bool mag_cpu_fence; /* os_fence_rseq works: idle CPUs' loaded magazines can be taken */
+static bool mag_thread_fence; /* os_fence_threads works: so can idle threads' */
 
 static meta_pool_t tcache_pool = META_POOL(META_LINES(sizeof(tcache_t)));
 static pthread_key_t mag_key;
@@ -126,6 +128,9 @@ static char *mag_cpu_thread(unsigned live) {
 
 void mag_init(void) {
   mag_cpu_init();
+#ifndef __SANITIZE_THREAD__ /* ThreadSanitizer cannot see the fence's ordering (rseq.h) */
+  mag_thread_fence = os_fence_threads_register();
+#endif
   if (pthread_key_create(&mag_key, mag_thread_exit) != 0)
     report_fatal("no pthread key for thread exit", NULL, 0);
 }
@@ -281,12 +286,10 @@ static void mag_cpu_install(mag_cpu_t *mc, unsigned cpu, unsigned c, const tclas
 }
 
 static void *mag_cpu_alloc(cache_t *cp, unsigned c) {
-  void *obj = rseq_pop(mag_cpus + MAG_CPU_SLOT(c), mag_rseq_area);
-  if (obj) return obj;
   unsigned cpu;
   mag_cpu_t *mc = mag_cpu_lock(&cpu);
   tclass_t t = mc->cls[c];
-  obj = mag_alloc_refill(cp, &t);
+  void *obj = mag_alloc_refill(cp, &t);
   mag_cpu_install(mc, cpu, c, &t);
   lock_release(&mc->lock);
   return obj;
@@ -294,7 +297,6 @@ static void *mag_cpu_alloc(cache_t *cp, unsigned c) {
 
 /* Returns false when no magazine had room; the caller frees to the slab itself. */
 static bool mag_cpu_free(cache_t *cp, unsigned c, void *obj) {
-  if (rseq_push(mag_cpus + MAG_CPU_SLOT(c), mag_rseq_area, obj)) return true;
   unsigned cpu;
   mag_cpu_t *mc = mag_cpu_lock(&cpu);
   tclass_t t = mc->cls[c];
@@ -317,8 +319,8 @@ static void mag_direct_free(cache_t *cp, void *obj) {
   stats_held_add(-(ptrdiff_t)cp->size);
 }
 
-/* One object from the thread's magazines of cp; t NULL: the thread has none (straight to the
-   slab layer). The allocation and free paths of malloc classes and object caches meet here. */
+/* One object from the thread's magazines of object cache cp; t NULL: the thread has none
+   (straight to the slab layer). */
 static void *mag_pop(cache_t *cp, tclass_t *t) {
   if (!t) return mag_direct_alloc(cp);
   void *obj = t->loaded->n ? t->loaded->rounds[--t->loaded->n] : mag_alloc_miss(cp, t);
@@ -338,27 +340,45 @@ static void mag_push(cache_t *cp, tclass_t *t, void *obj) {
     mag_direct_free(cp, obj);
 }
 
-/* The thread's magazines of class c, or NULL for a thread past its exit (tcache_dead is shared:
-   its counters must stay untouched). */
-static tclass_t *mag_class(tcache_t *tc, unsigned c) {
-  return tc == &tcache_dead ? NULL : &tc->cls[c];
+/* After the fast path of class c missed (or was not tried: memalign), for a thread past its
+   exit too, whose misses go to the slab layer (tcache_dead is shared: its counters stay
+   untouched). */
+static void *mag_malloc_miss(tcache_t *tc, unsigned c) {
+  cache_t *cp = &malloc_caches[c];
+  if (tc == &tcache_dead) return mag_direct_alloc(cp);
+#if RSEQ_SUPPORTED
+  if (tc->cpus) return mag_cpu_alloc(cp, c);
+#endif
+  return mag_alloc_miss(cp, &tc->cls[c]);
+}
+
+static void mag_free_miss_class(tcache_t *tc, unsigned c, void *p) {
+  cache_t *cp = &malloc_caches[c];
+  bool kept = false;
+  if (tc != &tcache_dead) {
+    STAT_ADD(tc->cls[c].frees, 1);
+#if RSEQ_SUPPORTED
+    if (tc->cpus)
+      kept = mag_cpu_free(cp, c, p);
+    else
+#endif
+      kept = mag_free_miss(cp, &tc->cls[c], p);
+  }
+  if (!kept) mag_direct_free(cp, p);
 }
 
 void *mag_malloc(unsigned c, size_t size) {
   tcache_t *tc = mag_self();
-  void *p;
-#if RSEQ_SUPPORTED
-  if (tc->cpus) {
-    if ((p = mag_cpu_alloc(&malloc_caches[c], c))) STAT_ADD(tc->cls[c].allocs, 1);
-  } else
-#endif
-    p = mag_pop(&malloc_caches[c], mag_class(tc, c));
-  if (!p) {
+  void *p = fast_pop(tc, c);
+  if (!p && !(p = mag_malloc_miss(tc, c))) {
     errno = ENOMEM;
     return NULL;
   }
   *(uintptr_t *)p = 0;
-  if (tc != &tcache_dead) STAT_ADD(tc->bytes_requested, size);
+  if (tc != &tcache_dead) {
+    STAT_ADD(tc->cls[c].allocs, 1);
+    STAT_ADD(tc->bytes_requested, size);
+  }
   return p;
 }
 
@@ -370,19 +390,16 @@ void mag_free(unsigned c, void *p) {
     report_heap_error("double free", p, "block already free");
   *(uintptr_t *)p = a ^ mag_secret;
   tcache_t *tc = mag_self();
-#if RSEQ_SUPPORTED
-  if (tc->cpus) {
+  if (fast_push(tc, c, p)) /* never on tcache_dead: its magazines have no room */
     STAT_ADD(tc->cls[c].frees, 1);
-    if (!mag_cpu_free(&malloc_caches[c], c, p)) mag_direct_free(&malloc_caches[c], p);
-    return;
-  }
-#endif
-  mag_push(&malloc_caches[c], mag_class(tc, c), p);
+  else
+    mag_free_miss_class(tc, c, p);
 }
 
 unsigned mag_miss_weight(unsigned c) {
   tcache_t *tc = mag_tls;
-  return (tc->cpus ? depot_cap(&malloc_caches[c]) : tc->cls[c].loaded->cap) + 1;
+  if (tc->cpus) return depot_cap(&malloc_caches[c]) + 1;
+  return __atomic_load_n(&tc->cls[c].loaded, __ATOMIC_RELAXED)->cap + 1; /* the reaper may take it */
 }
 
 bool mag_percpu(void) {
@@ -495,19 +512,64 @@ static void mag_cpu_reclaim(bool all) {
   }
 }
 
+/* Takes the magazines of a thread that has not missed since the last look (its lock held):
+   gives the previous ones to the depots, and parks each loaded one that holds rounds in the
+   previous one's place, with the sentinel loaded. Returns whether it parked any. */
+static bool mag_thread_park(tcache_t *tc) {
+  tc->parked = false;
+  for (unsigned c = 1; c <= SC_COUNT; c++) {
+    tclass_t *t = &tc->cls[c];
+    mag_give(&malloc_caches[c], t->prev);
+    t->prev = &mag_empty; /* allowed whatever the loaded one is */
+    if (mag_thread_fence && __atomic_load_n(&t->loaded->n, __ATOMIC_RELAXED)) {
+      t->prev = t->loaded;
+      __atomic_store_n(&t->loaded, &mag_empty, __ATOMIC_RELAXED);
+      tc->parked = true;
+    }
+  }
+  return tc->parked;
+}
+
+/* After the fence: a parked thread that is not between fast_enter and fast_leave has either
+   finished with its parked magazines or will see the sentinels, so they go to the depots;
+   one that is puts them back in place. A parked class is the only one whose loaded magazine
+   is the sentinel while its previous one is not. */
+static void mag_thread_settle(tcache_t *tc, bool fenced) {
+  bool take = fenced && __atomic_load_n(&tc->busy, __ATOMIC_RELAXED) == 0;
+  for (unsigned c = 1; c <= SC_COUNT; c++) {
+    tclass_t *t = &tc->cls[c];
+    if (t->loaded != &mag_empty || t->prev == &mag_empty) continue;
+    if (take)
+      mag_give(&malloc_caches[c], t->prev);
+    else
+      __atomic_store_n(&t->loaded, t->prev, __ATOMIC_RELAXED);
+    t->prev = &mag_empty;
+  }
+  tc->parked = false;
+}
+
+/* Threads that have not missed for an interval give up their magazines: all of them where the
+   fence works, the previous ones otherwise. Parked threads stay locked until one fence has
+   covered them all. */
 void mag_reclaim_idle(void) {
   mag_cpu_reclaim(false);
+  bool parked = false;
   lock_acquire(&mag_registry_lock);
   for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
     lock_acquire(&tc->lock);
-    if (tc->misses == tc->misses_seen)
-      for (unsigned c = 1; c <= SC_COUNT; c++) {
-        mag_give(&malloc_caches[c], tc->cls[c].prev);
-        tc->cls[c].prev = &mag_empty; /* allowed whatever the loaded one is */
-      }
+    if (tc->misses == tc->misses_seen && mag_thread_park(tc)) {
+      parked = true;
+      continue;
+    }
     tc->misses_seen = tc->misses;
     lock_release(&tc->lock);
   }
+  bool fenced = parked && os_fence_threads();
+  for (tcache_t *tc = mag_registry.next; tc != &mag_registry && parked; tc = tc->next)
+    if (tc->parked) { /* still locked */
+      mag_thread_settle(tc, fenced);
+      lock_release(&tc->lock);
+    }
   lock_release(&mag_registry_lock);
 }
 

@@ -39,6 +39,7 @@ typedef struct tslot {
 
 typedef struct tcache {
   char *cpus; /* per-CPU magazines (mag_cpus) this thread uses for malloc, or NULL: its own */
+  uint32_t busy; /* nonzero while the owner pops or pushes on its own loaded magazines */
   tclass_t cls[SC_COUNT + 1]; /* malloc's size classes; [0] is never used */
   uint64_t bytes_requested;   /* sum of malloc sizes (small and large) */
   uint64_t large_allocs, large_frees;
@@ -46,6 +47,7 @@ typedef struct tcache {
   lock_t lock;                /* the previous magazines: owner's slow paths, mag_reclaim_idle */
   uint32_t misses;            /* slow paths taken (lock) */
   uint32_t misses_seen;       /* misses at the last mag_reclaim_idle (lock) */
+  bool parked;                /* mag_reclaim_idle holds its loaded magazines in prev (lock) */
   tslot_t *slots;             /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
   struct tcache *next, *prev; /* the registry of live thread caches (mag_registry_lock) */
 } tcache_t;

@@ -15,6 +15,8 @@
  *   4. Futexes back lock.h's sleeping path; os_thread_start makes magpie's own threads.
  *   5. os_fence_rseq (membarrier) restarts every restartable sequence in flight on one CPU and
  *      orders memory with it: after it, a sequence there sees what the caller stored before.
+ *      os_fence_threads is the same barrier on every CPU that runs one of the process's
+ *      threads, without the restarts (a sleeping thread is ordered by its context switch).
  * Nothing here allocates or takes a lock; all of it is safe from any thread at any time.
  */
 #define _GNU_SOURCE
@@ -200,6 +202,14 @@ bool os_fence_rseq_register(void) {
 bool os_fence_rseq(unsigned cpu) {
   return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, MEMBARRIER_CMD_FLAG_CPU,
                  (int)cpu) == 0;
+}
+
+bool os_fence_threads_register(void) {
+  return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+bool os_fence_threads(void) {
+  return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
 }
 
 uint64_t os_now_ns(void) {

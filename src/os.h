@@ -30,6 +30,11 @@ unsigned os_cpu_possible(void); /* 1 + the highest CPU id the kernel may use; 0 
 bool os_fence_rseq_register(void);
 /* Restarts the restartable sequences running on cpu, with a full memory barrier there. */
 bool os_fence_rseq(unsigned cpu);
+/* Registers for os_fence_threads (membarrier); false if the kernel refuses. */
+bool os_fence_threads_register(void);
+/* A full memory barrier in every thread of the process, running or not: after it, each has
+   either seen what the caller stored before, or the caller sees what it stored before. */
+bool os_fence_threads(void);
 uint64_t os_now_ns(void); /* monotonic, coarse (a few ms) */
 void os_sleep_ms(size_t ms);
 /* A detached thread with every signal blocked (they belong to the program's threads). */

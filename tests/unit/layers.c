@@ -7,14 +7,18 @@
  *     and when it trades them fast;
  *   - object caches construct on entry and destruct only when memory goes back;
  *   - two threads' first small objects never share a cache line;
- *   - the reaper takes the previous magazines of a thread idle for a whole interval;
- *   - constructors and destructors may allocate, even inside a magazine miss.
+ *   - the reaper takes the magazines of a thread idle for a whole interval, the loaded one
+ *     too (fenced with membarrier), and the thread goes on allocating and freeing afterwards;
+ *   - constructors and destructors may allocate, even inside a magazine miss;
+ *   - a reaper looking again and again takes magazines from threads in the middle of their
+ *     fast paths: no block is handed out twice, none is lost.
  * Malloc's magazines are per thread here (percpu=0); tests/unit/percpu.c tests the per-CPU ones.
  */
 #include "cache.h"
 #include "depot.h"
 #include "mag.h"
 #include "magpie.h"
+#include "os.h"
 #include "slab.h"
 #include "slabs.h"
 #include "unit.h"
@@ -36,32 +40,67 @@ static void *consumer(void *arg) {
   return NULL;
 }
 
-/* An idler fills its magazines of one class by freeing, then sleeps until told to exit. */
+/* An idler fills its magazines of one class by freeing, sleeps until woken, then allocates and
+   frees again (on magazines the reaper took meanwhile) and exits. */
 #define IDLER_SIZE 256
+#define IDLER_OBJS 400
 static tcache_t *idler_cache;
 static pthread_barrier_t idler_freed, idler_done;
 
+static void idler_round(void) {
+  static void *objs[IDLER_OBJS];
+  for (int i = 0; i < IDLER_OBJS; i++) {
+    UCHECK((objs[i] = magpie_malloc(IDLER_SIZE)) != NULL);
+    memset(objs[i], i & 0xff, IDLER_SIZE);
+  }
+  for (int i = 0; i < IDLER_OBJS; i++) {
+    UCHECK(((unsigned char *)objs[i])[IDLER_SIZE - 1] == (i & 0xff)); /* not handed out twice */
+    magpie_free(objs[i]);
+  }
+}
+
 static void *idler(void *arg) {
   (void)arg;
-  static void *objs[400];
-  for (int i = 0; i < 400; i++)
-    UCHECK((objs[i] = magpie_malloc(IDLER_SIZE)) != NULL);
-  for (int i = 0; i < 400; i++)
-    magpie_free(objs[i]);
+  idler_round();
   idler_cache = mag_tls;
   pthread_barrier_wait(&idler_freed);
   pthread_barrier_wait(&idler_done);
+  idler_round();
   return NULL;
 }
 
-/* The idler's previous magazine of its class: its rounds, or -1 for none. */
-static int idler_prev_rounds(void) {
+/* The rounds in the idler's loaded (prev false) or previous magazine of its class, or -1 for
+   none (the sentinel). */
+static int idler_rounds(bool prev) {
   tcache_t *tc = idler_cache;
   lock_acquire(&tc->lock);
-  mag_t *m = tc->cls[sc_of(IDLER_SIZE)].prev;
+  tclass_t *t = &tc->cls[sc_of(IDLER_SIZE)];
+  mag_t *m = prev ? t->prev : t->loaded;
   int n = m == &mag_empty ? -1 : (int)m->n;
   lock_release(&tc->lock);
   return n;
+}
+
+/* Workers replace small blocks (many rounds a magazine, so few misses) while a reaper looks at
+   them in a loop: between two looks most workers have not missed, so their loaded magazines
+   are parked, fenced and taken while they run. */
+#define REAPED_WORKERS 4
+#define REAPED_OPS 200000
+#define REAPED_SLOTS 64
+static int reaped_done;
+
+static void *reaped_worker(void *arg) {
+  uint64_t rng = (uintptr_t)arg * 0x9E3779B97F4A7C15ull + 3;
+  void *mine[REAPED_SLOTS] = {0};
+  for (int i = 0; i < REAPED_OPS; i++) {
+    void **slot = &mine[unit_rand(&rng) % REAPED_SLOTS];
+    if (*slot) unit_block_free(*slot);
+    *slot = unit_block_new(&rng, 240);
+  }
+  for (int i = 0; i < REAPED_SLOTS; i++)
+    if (mine[i]) unit_block_free(mine[i]);
+  __atomic_add_fetch(&reaped_done, 1, __ATOMIC_RELEASE);
+  return NULL;
 }
 
 /* Two threads' first objects of a fresh cache of 16-byte objects, taken while both are alive. */
@@ -230,22 +269,24 @@ int main(void) {
          (uintptr_t)line_first[0] >> 6 != (uintptr_t)line_first[1] >> 6);
   magpie_cache_destroy(line_cache);
 
-  /* 8. an idle thread's previous magazines go to the depot after a quiet interval */
+  /* 8. an idle thread's magazines go to the depot after a quiet interval: the previous ones,
+     and the loaded ones where the fence works (without it, only the previous ones) */
   pthread_barrier_init(&idler_freed, NULL, 2);
   pthread_barrier_init(&idler_done, NULL, 2);
   UCHECK(pthread_create(&t, NULL, idler, NULL) == 0);
   pthread_barrier_wait(&idler_freed);
   cache_t *ic = &malloc_caches[sc_of(IDLER_SIZE)];
-  UCHECK(idler_prev_rounds() > 0);
+  UCHECK(idler_rounds(true) > 0 && idler_rounds(false) > 0);
   mag_reclaim_idle(); /* the idler missed since the last look: it is not idle yet */
-  UCHECK(idler_prev_rounds() > 0);
+  UCHECK(idler_rounds(true) > 0 && idler_rounds(false) > 0);
   lock_acquire(&ic->depot.lock);
   uint32_t full_before = ic->depot.nfull;
   lock_release(&ic->depot.lock);
-  mag_reclaim_idle(); /* no miss since: its previous magazine goes */
-  UCHECK(idler_prev_rounds() == -1);
+  bool fence = os_fence_threads_register();
+  mag_reclaim_idle(); /* no miss since: its magazines go */
+  UCHECK(idler_rounds(true) == -1 && (idler_rounds(false) == -1) == fence);
   lock_acquire(&ic->depot.lock);
-  UCHECK(ic->depot.nfull == full_before + 1);
+  UCHECK(ic->depot.nfull == full_before + 1 + fence);
   lock_release(&ic->depot.lock);
   pthread_barrier_wait(&idler_done);
   UCHECK(pthread_join(t, NULL) == 0);
@@ -254,6 +295,22 @@ int main(void) {
   UCHECK(ac && pthread_create(&t, NULL, allocating_user, ac) == 0 && pthread_join(t, NULL) == 0);
   magpie_cache_destroy(ac);
 
-  printf("layers: ok (%d objects constructed and destructed)\n", ctor_calls);
+  /* 10. magazines taken from running threads: nothing handed out twice, nothing lost */
+  magpie_trim();
+  pthread_t rw[REAPED_WORKERS];
+  for (uintptr_t i = 0; i < REAPED_WORKERS; i++)
+    UCHECK(pthread_create(&rw[i], NULL, reaped_worker, (void *)i) == 0);
+  unsigned long looks = 0;
+  while (__atomic_load_n(&reaped_done, __ATOMIC_ACQUIRE) < REAPED_WORKERS) {
+    mag_reclaim_idle();
+    looks++;
+  }
+  for (int i = 0; i < REAPED_WORKERS; i++)
+    UCHECK(pthread_join(rw[i], NULL) == 0);
+  magpie_trim();
+  UCHECK(unit_total_slabs() == 0);
+
+  printf("layers: ok (%d objects constructed and destructed, %lu looks of the reaper)\n", ctor_calls,
+         looks);
   return 0;
 }

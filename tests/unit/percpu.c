@@ -37,24 +37,6 @@ static size_t objects_out(cache_t *cp) {
   return n;
 }
 
-/* A block's first word is its size, then a byte pattern of its owner's seed. */
-static void *block_new(uint64_t *rng) {
-  size_t size = 16 + unit_rand(rng) % 2048;
-  unsigned char *p = magpie_malloc(size);
-  UCHECK(p != NULL);
-  ((size_t *)p)[0] = size;
-  memset(p + sizeof(size_t), (int)(size & 0xff), size - sizeof(size_t));
-  return p;
-}
-
-static void block_free(void *p) {
-  size_t size = ((size_t *)p)[0];
-  const unsigned char *b = p;
-  for (size_t i = sizeof(size_t); i < size; i++)
-    UCHECK(b[i] == (unsigned char)(size & 0xff));
-  magpie_free(p);
-}
-
 static void *shared[SHARED]; /* blocks passed between workers (atomic exchange) */
 static pthread_t workers[WORKERS];
 static int workers_done;
@@ -67,11 +49,11 @@ static void *worker(void *arg) {
   for (int i = 0; i < OPS; i++) {
     uint64_t r = unit_rand(&rng);
     void **slot = r & 1 ? &mine[(r >> 8) % SLOTS] : &shared[(r >> 8) % SHARED];
-    void *old = __atomic_exchange_n(slot, block_new(&rng), __ATOMIC_ACQ_REL);
-    if (old) block_free(old);
+    void *old = __atomic_exchange_n(slot, unit_block_new(&rng, 2048), __ATOMIC_ACQ_REL);
+    if (old) unit_block_free(old);
   }
   for (int i = 0; i < SLOTS; i++)
-    if (mine[i]) block_free(mine[i]);
+    if (mine[i]) unit_block_free(mine[i]);
   __atomic_add_fetch(&workers_done, 1, __ATOMIC_RELEASE);
   return NULL;
 }
@@ -122,7 +104,7 @@ int main(void) {
   for (int i = 0; i < WORKERS; i++)
     UCHECK(pthread_join(workers[i], NULL) == 0);
   for (int i = 0; i < SHARED; i++)
-    if (shared[i]) block_free(shared[i]);
+    if (shared[i]) unit_block_free(shared[i]);
   UCHECK(unit_total_slabs() > 0); /* the CPUs' magazines and the depots hold the freed blocks */
   magpie_trim();
   UCHECK(unit_total_slabs() == 0);
