@@ -26,15 +26,21 @@
  *      share cache lines once the threads run apart (thrash-t2 ran 3x slower on a busy machine):
  *      so the first percpu_threads threads (twice the CPUs) keep magazines of their own, which
  *      hand out line-aligned runs (theory 8), and only the threads beyond share the CPUs'.
- *   4. Per thread: only the owner touches its loaded magazines, without locks. Others read its
+ *   4. Per thread: only the owner works on its loaded magazines, without locks (the reaper
+ *      only takes them away, theory 5). Others read its
  *      counters for statistics (see STAT_ADD in mag.h) and, under mag_registry_lock, take an
  *      object cache's magazines when that cache is destroyed (the program guarantees the cache
  *      is no longer in use then). The previous magazines are guarded by the tcache's lock.
  *   5. Reaping idle magazines: at each reap (cache.c, at most once per reap_ms) a thread or CPU
- *      that has not missed since the last one gives its previous magazines to the depots. A
- *      CPU gives its loaded ones too: they are replaced by the sentinel and the CPU is fenced
+ *      that has not missed since the last one gives its magazines to the depots, the loaded
+ *      ones too. A CPU's loaded ones are replaced by the sentinel and the CPU is fenced
  *      (membarrier restarts any sequence still using one), after which they are the reaper's.
- *      A sleeping thread's loaded magazines cannot be taken: only per-CPU mode empties fully.
+ *      A thread marks its fast-path operations on its own magazines (tc->busy, fastpath.h);
+ *      the reaper parks the loaded ones (sentinel loaded, the magazine in prev), fences every
+ *      thread with one membarrier for all parked threads, and then takes them from each
+ *      thread that is not marked: such a thread either finished with them or will see the
+ *      sentinel. A marked one gets them back. Without membarrier (or under ThreadSanitizer)
+ *      only the previous magazines are taken.
  *   6. Thread exit: a pthread key destructor gives the thread's magazines to the depots, folds
  *      its counters into mag_exited and switches the thread to tcache_dead, whose misses go
  *      straight to the slab layer for whatever the rest of thread teardown allocates.
@@ -83,7 +89,7 @@ uintptr_t mag_secret;
 ptrdiff_t mag_rseq_area;
 static char *mag_cpus; /* mag_cpu_t[mag_ncpus], or NULL: magazines are per thread */
 static unsigned mag_ncpus;
-static bool mag_cpu_fence; /* os_fence_rseq works: idle CPUs' loaded magazines can be taken */
+static bool mag_cpu_fence;    /* os_fence_rseq works: idle CPUs' loaded magazines can be taken */
 static bool mag_thread_fence; /* os_fence_threads works: so can idle threads' */
 
 static meta_pool_t tcache_pool = META_POOL(META_LINES(sizeof(tcache_t)));
@@ -399,7 +405,8 @@ void mag_free(unsigned c, void *p) {
 unsigned mag_miss_weight(unsigned c) {
   tcache_t *tc = mag_tls;
   if (tc->cpus) return depot_cap(&malloc_caches[c]) + 1;
-  return __atomic_load_n(&tc->cls[c].loaded, __ATOMIC_RELAXED)->cap + 1; /* the reaper may take it */
+  return __atomic_load_n(&tc->cls[c].loaded, __ATOMIC_RELAXED)->cap +
+         1; /* the reaper may take it */
 }
 
 bool mag_percpu(void) {

@@ -38,7 +38,7 @@ typedef struct tslot {
 } tslot_t;
 
 typedef struct tcache {
-  char *cpus; /* per-CPU magazines (mag_cpus) this thread uses for malloc, or NULL: its own */
+  char *cpus;    /* per-CPU magazines (mag_cpus) this thread uses for malloc, or NULL: its own */
   uint32_t busy; /* nonzero while the owner pops or pushes on its own loaded magazines */
   tclass_t cls[SC_COUNT + 1]; /* malloc's size classes; [0] is never used */
   uint64_t bytes_requested;   /* sum of malloc sizes (small and large) */

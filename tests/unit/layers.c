@@ -310,7 +310,7 @@ int main(void) {
   magpie_trim();
   UCHECK(unit_total_slabs() == 0);
 
-  printf("layers: ok (%d objects constructed and destructed, %lu looks of the reaper)\n", ctor_calls,
-         looks);
+  printf("layers: ok (%d objects constructed and destructed, %lu looks of the reaper)\n",
+         ctor_calls, looks);
   return 0;
 }
