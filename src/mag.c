@@ -405,8 +405,8 @@ void mag_free(unsigned c, void *p) {
 unsigned mag_miss_weight(unsigned c) {
   tcache_t *tc = mag_tls;
   if (tc->cpus) return depot_cap(&malloc_caches[c]) + 1;
-  return __atomic_load_n(&tc->cls[c].loaded, __ATOMIC_RELAXED)->cap +
-         1; /* the reaper may take it */
+  mag_t *loaded = __atomic_load_n(&tc->cls[c].loaded, __ATOMIC_RELAXED); /* the reaper's too */
+  return loaded->cap + 1;
 }
 
 bool mag_percpu(void) {
