@@ -358,19 +358,15 @@ static void *mag_malloc_miss(tcache_t *tc, unsigned c) {
   return mag_alloc_miss(cp, &tc->cls[c]);
 }
 
-static void mag_free_miss_class(tcache_t *tc, unsigned c, void *p) {
+/* After the fast path of class c found the loaded magazine full; false when no magazine took
+   p (a thread past its exit has none): the caller frees it to the slab layer. */
+static bool mag_free_miss_class(tcache_t *tc, unsigned c, void *p) {
   cache_t *cp = &malloc_caches[c];
-  bool kept = false;
-  if (tc != &tcache_dead) {
-    STAT_ADD(tc->cls[c].frees, 1);
+  if (tc == &tcache_dead) return false;
 #if RSEQ_SUPPORTED
-    if (tc->cpus)
-      kept = mag_cpu_free(cp, c, p);
-    else
+  if (tc->cpus) return mag_cpu_free(cp, c, p);
 #endif
-      kept = mag_free_miss(cp, &tc->cls[c], p);
-  }
-  if (!kept) mag_direct_free(cp, p);
+  return mag_free_miss(cp, &tc->cls[c], p);
 }
 
 void *mag_malloc(unsigned c, size_t size) {
@@ -396,10 +392,8 @@ void mag_free(unsigned c, void *p) {
     report_heap_error("double free", p, "block already free");
   *(uintptr_t *)p = a ^ mag_secret;
   tcache_t *tc = mag_self();
-  if (fast_push(tc, c, p)) /* never on tcache_dead: its magazines have no room */
-    STAT_ADD(tc->cls[c].frees, 1);
-  else
-    mag_free_miss_class(tc, c, p);
+  if (tc != &tcache_dead) STAT_ADD(tc->cls[c].frees, 1);
+  if (!fast_push(tc, c, p) && !mag_free_miss_class(tc, c, p)) mag_direct_free(&malloc_caches[c], p);
 }
 
 unsigned mag_miss_weight(unsigned c) {
