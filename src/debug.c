@@ -541,7 +541,7 @@ static bool chunk_get(size_t size, size_t align, size_t front, bool guard, chunk
     while (sc_info[cls].size & (a - 1))
       cls++; /* the 256 KiB class is a multiple of any alignment up to it */
     void *obj;
-    if (slab_alloc(&malloc_caches[cls], &obj, 1) != 1) return false;
+    if (slab_alloc(&malloc_caches[cls], &obj, 1, false) != 1) return false;
     c->base = (uintptr_t)obj;
     c->size = sc_info[cls].size;
     c->source = SRC_SLAB;

@@ -51,7 +51,14 @@
  *      objects the first time (mag_fill_start) and twice as many each time after, up to its
  *      size; a first magazine of a class holds only that many rounds and is traded for a
  *      full-size one once outgrown. A thread that allocates a few objects of a class so
- *      reserves a few objects and a few words.
+ *      reserves a few objects and a few words. The first refill takes never-used objects where
+ *      the slab has them (slab.c theory 2), so the run shares no line with other threads' blocks.
+ *   9. Passive false sharing (Hoard's cache-scratch): a block freed by a thread, or on a CPU,
+ *      holding no magazine of its class was allocated elsewhere, most likely next to blocks
+ *      that other threads still write; kept, it would be the next block handed out there. So
+ *      it goes back to its slab, and the thread (CPU) gets an empty magazine for its next
+ *      frees. A consumer that never allocates pays one slab trip per class, and a thread whose
+ *      magazines were reaped one per class it frees in again.
  *   Lock order: mag_registry_lock, a tcache's or a CPU's lock, then depot locks, then slab
  *   locks.
  */
@@ -180,7 +187,8 @@ static uint32_t mag_fill_start(const cache_t *cp) {
    or a full-size one for an outgrown one; returns the magazine now in p's place, which holds
    rounds unless memory ran out. */
 static mag_t *mag_slab_fill(cache_t *cp, mag_t *p) {
-  if (p == &mag_empty) { /* a first magazine as small as the first refill */
+  bool first_fill = p == &mag_empty;
+  if (first_fill) { /* a first magazine as small as the first refill */
     mag_t *first = depot_mag_new(mag_fill_start(cp));
     if (!first) return p;
     p = first;
@@ -194,7 +202,7 @@ static mag_t *mag_slab_fill(cache_t *cp, mag_t *p) {
   }
   uint32_t fill = p->fill ? p->fill : mag_fill_start(cp);
   fill = fill < p->cap ? fill : p->cap;
-  p->n = slab_alloc(cp, p->rounds, fill);
+  p->n = slab_alloc(cp, p->rounds, fill, first_fill);
   if (p->n) p->fill = 2 * fill; /* slow start: a thread that keeps missing gets more */
   stats_held_add((ptrdiff_t)(p->n * cp->size));
   return p;
@@ -220,7 +228,8 @@ static void *mag_alloc_refill(cache_t *cp, tclass_t *t) {
   return p->rounds[--p->n];
 }
 
-/* Returns false when no empty magazine could be had; the caller frees to the slab itself. */
+/* Returns false when the caller must free obj to the slab itself: no empty magazine could be
+   had, or t held none at all (theory 9: obj goes home, and t gets an empty one for later). */
 static bool mag_free_room(cache_t *cp, tclass_t *t, void *obj) {
   mag_t *p = t->prev;
   if (p->n == p->cap) {
@@ -228,6 +237,10 @@ static bool mag_free_room(cache_t *cp, tclass_t *t, void *obj) {
     mag_t *e = p == &mag_empty ? depot_empty_mag(cp) : depot_free_exchange(cp, p);
     if (!e) return false;
     stats_held_add(-(ptrdiff_t)given);
+    if (t->loaded == &mag_empty) { /* and so is prev */
+      t->loaded = e;
+      return false;
+    }
     p = e;
   }
   p->rounds[p->n++] = obj;
@@ -315,7 +328,7 @@ static bool mag_cpu_free(cache_t *cp, unsigned c, void *obj) {
 
 static void *mag_direct_alloc(cache_t *cp) {
   void *obj;
-  if (slab_alloc(cp, &obj, 1) != 1) return NULL;
+  if (slab_alloc(cp, &obj, 1, false) != 1) return NULL;
   stats_held_add((ptrdiff_t)cp->size);
   return obj;
 }

@@ -9,7 +9,10 @@
  *   2. Objects are carved lazily: [0, carved) have been handed out at least once, the rest were
  *      never touched, so a fresh slab costs no page faults until used. Returned objects go on
  *      the slab's free list, linked through their second word (the first word of a freed
- *      malloc block carries the free marker, see fastpath.h).
+ *      malloc block carries the free marker, see fastpath.h) and are handed out first. A
+ *      request for a run (a thread's first refill of a class, mag.c theory 8) takes never-used
+ *      objects first where the first partial slab has enough: returned ones may share cache
+ *      lines with blocks that other threads hold.
  *      Invariant: used + length(free) == carved <= per_slab.
  *   3. The layer is entered only from the magazine layer's slow paths and moves objects in
  *      batches, under the cache's slab_lock (never a global lock): threads on different size
@@ -106,19 +109,30 @@ static void slab_return(cache_t *cp, void **objs, unsigned n) {
   lock_release(&cp->slab_lock);
 }
 
-unsigned slab_alloc(cache_t *cp, void **out, unsigned n) {
+/* Moves up to n - got objects of s to out[got...]: returned ones first, or never-used ones first
+   when fresh; returns the new count. */
+static unsigned slab_take(cache_t *cp, slab_t *s, void **out, unsigned got, unsigned n,
+                          bool fresh) {
+  for (int pass = 0; pass < 2; pass++, fresh = !fresh)
+    if (fresh)
+      while (got < n && s->carved < cp->per_slab)
+        out[got++] = (void *)(s->base + (uintptr_t)s->carved++ * cp->size);
+    else
+      while (got < n && s->free) {
+        out[got++] = s->free;
+        s->free = ((void **)s->free)[1];
+      }
+  return got;
+}
+
+unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
   unsigned got = 0;
   lock_acquire(&cp->slab_lock);
   while (got < n) {
     slab_t *s = cp->partial;
     if (!s && !(s = slab_create(cp))) break;
     unsigned before = got;
-    while (got < n && s->free) {
-      out[got++] = s->free;
-      s->free = ((void **)s->free)[1];
-    }
-    while (got < n && s->carved < cp->per_slab)
-      out[got++] = (void *)(s->base + (uintptr_t)s->carved++ * cp->size);
+    got = slab_take(cp, s, out, got, n, run && cp->per_slab - s->carved >= n - got);
     s->used += got - before;
     if (!s->free && s->carved == cp->per_slab) slab_unlist(cp, s);
   }

@@ -18,8 +18,9 @@ struct slab {
 
 extern vmem_t heap_arena; /* where spans and large blocks come from */
 
-/* Hands out up to n constructed objects; returns how many (0: out of memory or ctor failed). */
-unsigned slab_alloc(cache_t *cp, void **out, unsigned n);
+/* Hands out up to n constructed objects; returns how many (0: out of memory or ctor failed).
+   run: never-used objects in address order where the first partial slab has n of them. */
+unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run);
 /* Takes back n objects (destructing them first); reports objects that are not the cache's. */
 void slab_free(cache_t *cp, void **objs, unsigned n);
 /* The slab holding obj if it is an object start of cache cp's slabs, else NULL. No lock: a

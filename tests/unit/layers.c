@@ -6,7 +6,8 @@
  *   - the depot returns exactly the unneeded working set, and grows magazines on contention
  *     and when it trades them fast;
  *   - object caches construct on entry and destruct only when memory goes back;
- *   - two threads' first small objects never share a cache line;
+ *   - two threads' first small objects never share a cache line, with each other or (when they
+ *     first freed blocks another thread allocated) with that thread's blocks;
  *   - the reaper takes the magazines of a thread idle for a whole interval, the loaded one
  *     too (fenced with membarrier), and the thread goes on allocating and freeing afterwards;
  *   - constructors and destructors may allocate, even inside a magazine miss;
@@ -103,16 +104,22 @@ static void *reaped_worker(void *arg) {
   return NULL;
 }
 
-/* Two threads' first objects of a fresh cache of 16-byte objects, taken while both are alive. */
+/* Two threads' first objects of a fresh cache of 16-byte objects, taken while both are alive;
+   in the passive case each first frees a block that the main thread allocated next to blocks
+   it keeps (Hoard's cache-scratch). */
 static magpie_cache_t *line_cache;
-static void *line_first[2];
+#define LINE_RUN 4 /* 16-byte objects in a line: a thread's first refill */
+static void *line_first[2][LINE_RUN], *line_given[2];
 static pthread_barrier_t line_both;
 
 static void *line_taker(void *arg) {
   uintptr_t i = (uintptr_t)arg;
-  line_first[i] = magpie_cache_alloc(line_cache, MAGPIE_DEFAULT);
+  if (line_given[i]) magpie_cache_free(line_cache, line_given[i]);
+  for (int k = 0; k < LINE_RUN; k++)
+    line_first[i][k] = magpie_cache_alloc(line_cache, MAGPIE_DEFAULT);
   pthread_barrier_wait(&line_both);
-  magpie_cache_free(line_cache, line_first[i]);
+  for (int k = 0; k < LINE_RUN; k++)
+    magpie_cache_free(line_cache, line_first[i][k]);
   return NULL;
 }
 
@@ -257,17 +264,37 @@ int main(void) {
   magpie_cache_destroy((magpie_cache_t *)cp);
   UCHECK(ctor_calls == dtor_calls);
 
-  /* 7. two threads' first small objects never share a cache line (active false sharing) */
-  line_cache = magpie_cache_create("line", 16, 16, NULL, NULL, NULL, 0);
-  pthread_t lt[2];
+  /* 7. the first refills (a line's worth) of two threads' small objects never share a cache line
+     with each other (active false sharing) nor with blocks the main thread keeps, when each first
+     freed one of the main thread's (passive) */
   pthread_barrier_init(&line_both, NULL, 2);
-  for (uintptr_t i = 0; i < 2; i++)
-    UCHECK(pthread_create(&lt[i], NULL, line_taker, (void *)i) == 0);
-  for (int i = 0; i < 2; i++)
-    UCHECK(pthread_join(lt[i], NULL) == 0);
-  UCHECK(line_first[0] && line_first[1] &&
-         (uintptr_t)line_first[0] >> 6 != (uintptr_t)line_first[1] >> 6);
-  magpie_cache_destroy(line_cache);
+  for (int passive = 0; passive < 2; passive++) {
+    line_cache = magpie_cache_create("line", 16, 16, NULL, NULL, NULL, 0);
+    void *kept[2] = {NULL, NULL};
+    if (passive) {
+      for (int i = 0; i < 2; i++)
+        UCHECK((line_given[i] = magpie_cache_alloc(line_cache, MAGPIE_DEFAULT)) != NULL);
+      for (int i = 0; i < 2; i++)
+        UCHECK((kept[i] = magpie_cache_alloc(line_cache, MAGPIE_DEFAULT)) != NULL);
+      UCHECK((uintptr_t)kept[0] >> 6 == (uintptr_t)line_given[0] >> 6);
+    }
+    pthread_t lt[2];
+    for (uintptr_t i = 0; i < 2; i++)
+      UCHECK(pthread_create(&lt[i], NULL, line_taker, (void *)i) == 0);
+    for (int i = 0; i < 2; i++)
+      UCHECK(pthread_join(lt[i], NULL) == 0);
+    for (int k = 0; k < LINE_RUN; k++)
+      for (int l = 0; l < LINE_RUN; l++) {
+        uintptr_t a = (uintptr_t)line_first[0][k], b = (uintptr_t)line_first[1][l];
+        UCHECK(a && b && a >> 6 != b >> 6);
+        UCHECK(!passive ||
+               (a >> 6 != (uintptr_t)kept[0] >> 6 && b >> 6 != (uintptr_t)kept[0] >> 6));
+      }
+    for (int i = 0; i < 2 && passive; i++)
+      magpie_cache_free(line_cache, kept[i]);
+    line_given[0] = line_given[1] = NULL;
+    magpie_cache_destroy(line_cache);
+  }
 
   /* 8. an idle thread's magazines go to the depot after a quiet interval: the previous ones,
      and the loaded ones where the fence works (without it, only the previous ones) */
