@@ -12,7 +12,10 @@
  *   3. All threads wait, holding their working sets; the main thread reads RSS again.
  * Reported: rss_over_live = (RSS in step 3 - baseline) / live bytes (the excess over 1.0 is the
  * threads' stacks, the same for every allocator - stack_kib, RSS added by starting them, shows
- * it - and the allocator's per-thread caches, metadata and fragmentation), and time for step 2.
+ * it - and the allocator's per-thread caches, metadata and fragmentation); heap_over_live, the
+ * same without the stacks: the threads run on stacks mapped here, whose resident pages
+ * (mincore, stacks_kib) are subtracted, so it is what the allocator holds over live bytes; and
+ * time for step 2.
  * The baseline is taken before the threads start: an allocator that sets a thread up when it is
  * created, rather than at its first allocation, pays for that too.
  * Blocks are checked when replaced and at the end.
@@ -22,6 +25,7 @@
 #include "bench.h"
 
 #include <stdatomic.h>
+#include <sys/mman.h>
 
 #define SIZE_MIN 16
 #define SIZE_MAX_ 1024
@@ -97,16 +101,32 @@ int main(int argc, char **argv) {
   pthread_barrier_init(&b_go, NULL, (unsigned)t + 1);
   pthread_barrier_init(&b_held, NULL, (unsigned)t + 1);
   pthread_barrier_init(&b_done, NULL, (unsigned)t + 1);
+  /* the threads' stacks (glibc puts its thread descriptor and TLS there too), ours to count */
+  size_t stacks_len = (size_t)t * STACK, pages = stacks_len / (size_t)getpagesize();
+  char *stacks = mmap(NULL, stacks_len, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  unsigned char *in_core = calloc(pages, 1);
+  if (stacks == MAP_FAILED || in_core == NULL) bench_die("no memory for %d stacks", t);
 
   size_t base = bench_rss(); /* before the threads: their start-up costs count */
-  bench_spawn(tids, t, worker, jobs, sizeof(*jobs), STACK);
+  for (int i = 0; i < t; i++) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstack(&attr, stacks + (size_t)i * STACK, STACK);
+    int err = pthread_create(&tids[i], &attr, worker, &jobs[i]);
+    if (err != 0) bench_die("pthread_create (thread %d of %d): %s", i, t, strerror(err));
+    pthread_attr_destroy(&attr);
+  }
   pthread_barrier_wait(&b_started);
   size_t started = bench_rss();
   double t0 = bench_now();
   pthread_barrier_wait(&b_go);
   pthread_barrier_wait(&b_held);
   double secs = bench_now() - t0;
-  size_t held = bench_rss();
+  size_t held = bench_rss(), stacks_res = 0;
+  if (mincore(stacks, stacks_len, in_core) != 0) bench_die("mincore: %s", strerror(errno));
+  for (size_t i = 0; i < pages; i++)
+    stacks_res += (in_core[i] & 1) * (size_t)getpagesize();
   size_t live = 0;
   for (int i = 0; i < t; i++)
     live += jobs[i].live;
@@ -114,10 +134,13 @@ int main(int argc, char **argv) {
   bench_join(tids, t);
 
   double ratio = (double)(held > base ? held - base : 0) / (double)live;
+  double heap = (double)(held > base + stacks_res ? held - base - stacks_res : 0) / (double)live;
   printf("RESULT idle time=%.4f threads=%d live_kib=%zu rss_base_kib=%zu stack_kib=%zu "
-         "rss_held_kib=%zu rss_over_live=%.3f\n",
+         "stacks_kib=%zu rss_held_kib=%zu rss_over_live=%.3f heap_over_live=%.3f\n",
          secs, t, live / 1024, base / 1024, (started > base ? started - base : 0) / 1024,
-         held / 1024, ratio);
+         stacks_res / 1024, held / 1024, ratio, heap);
+  munmap(stacks, stacks_len);
+  free(in_core);
   free(jobs);
   free(tids);
   return 0;

@@ -57,6 +57,12 @@ MODES = {
 }
 
 
+# idle: RSS over live bytes with the threads' stacks (the program's, the same for every allocator)
+# and without them (what the allocator itself holds: the issue's target)
+IDLE_METRICS = [("rss_over_live", "RSS/live", "lower"),
+                ("heap_over_live", "RSS/live, stacks excluded", "lower")]
+
+
 class Workload:
     """One row of the table: a program, its arguments for the mode, and how to read its result."""
 
@@ -67,7 +73,10 @@ class Workload:
         self.desc = desc          # one line: what it models
         self.argv = argv or []    # for kind "c": arguments after the binary
         self.kind = kind          # c, python, sqlite, redis, gxx
-        self.metric = metric      # (key in the RESULT line, label, "lower"/"higher" is better)
+        # (key in the RESULT line, label, "lower"/"higher" is better), or a list of them: the
+        # first is the row's metric in the demo and in s["metric"], all are in the metric table
+        self.metrics = [metric] if isinstance(metric, tuple) else list(metric or [])
+        self.metric = self.metrics[0] if self.metrics else None
         self.reps = reps          # repetitions, if fewer than the mode's
         self.only = only          # allocators this row is limited to (objcache: magpie)
         self.extra = extra        # kind-specific settings
@@ -90,7 +99,7 @@ def plan(mode):
             Workload("idle-t256", "idle",
                      "256 mostly idle threads holding small working sets",
                      ["-t", "256", "-i", "20", "-n", "64"],
-                     metric=("rss_over_live", "RSS/live", "lower")),
+                     metric=IDLE_METRICS),
             Workload("python", "python", "python3 running a fixed script (PYTHONMALLOC=malloc)",
                      kind="python", scale="1"),
         ]
@@ -122,7 +131,7 @@ def plan(mode):
     for t in (256, 1024):
         w.append(Workload("idle-t%d" % t, "idle", "many mostly idle threads, small working sets",
                           ["-t", str(t), "-i", "20", "-n", "64"],
-                          metric=("rss_over_live", "RSS/live", "lower")))
+                          metric=IDLE_METRICS))
     w.append(Workload("realloc", "large", "strings and vectors grown by realloc to many MiB",
                       ["-m", "realloc", "-t", "2", "-i", "1" if quick else "2", "-n", "8"]))
     w.append(Workload("bigchurn", "large", "64 KiB..64 MiB blocks allocated and freed",
@@ -661,16 +670,18 @@ def summarise(runs, rows, allocs):
             if vals:
                 s[key] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
         w = next((x for x in rows if x.name == row), None)
-        if w is not None and w.metric:
+        for i, m in enumerate(w.metrics if w is not None else []):
             vals = []
             for o in good:
                 try:
-                    vals.append(float(o.result[w.metric[0]]))
+                    vals.append(float(o.result[m[0]]))
                 except (KeyError, ValueError):
                     pass
             if vals:
-                s["metric"] = {"median": statistics.median(vals), "min": min(vals),
-                               "max": max(vals)}
+                s["metric:" + m[0]] = {"median": statistics.median(vals), "min": min(vals),
+                                       "max": max(vals)}
+                if i == 0:
+                    s["metric"] = s["metric:" + m[0]]
         stats[(row, a)] = s
     return stats
 
@@ -771,13 +782,12 @@ def metric_table(rows, allocs, stats):
     header = ["workload", "metric"] + list(allocs)
     body = []
     for w in rows:
-        if not w.metric:
-            continue
-        cells = [w.name, "%s (%s is better)" % (w.metric[1], w.metric[2])]
-        for a in allocs:
-            v = med(stats, w.name, a, "metric")
-            cells.append("-" if v is None else "%.2f" % v)
-        body.append(cells)
+        for m in w.metrics:
+            cells = [w.name, "%s (%s is better)" % (m[1], m[2])]
+            for a in allocs:
+                v = med(stats, w.name, a, "metric:" + m[0])
+                cells.append("-" if v is None else "%.2f" % v)
+            body.append(cells)
     return header, body
 
 
@@ -1099,8 +1109,9 @@ def main():
             line = "[%3d/%d] rep %d %-14s %-9s " % (i + 1, len(plan_runs), rep + 1, w.name, name)
             if o.ok:
                 line += "%s  RSS %s" % (fmt_time(o.time), fmt_mib(o.maxrss_kib))
-                if w.metric and w.metric[0] in o.result:
-                    line += "  %s %s" % (w.metric[1], o.result[w.metric[0]])
+                for m in w.metrics:
+                    if m[0] in o.result:
+                        line += "  %s %s" % (m[1], o.result[m[0]])
             else:
                 line += "FAILED: %s\n      reproduce: %s" % (o.status, o.repro)
                 if o.stderr_tail:
@@ -1180,7 +1191,7 @@ def main():
         "allocators": [{"name": n, "preload": p, "version": v} for n, p, v in allocs],
         "skipped": [{"name": n, "why": y} for n, y in missing],
         "workloads": [{"name": w.name, "group": w.group, "desc": w.desc, "kind": w.kind,
-                       "argv": w.argv, "metric": w.metric} for w in rows],
+                       "argv": w.argv, "metric": w.metric, "metrics": w.metrics} for w in rows],
         "runs": [{"workload": row, "allocator": a, "ok": o.ok, "status": o.status,
                   "time": o.time, "wall": o.wall, "cpu": o.cpu, "maxrss_kib": o.maxrss_kib,
                   "result": o.result, "repro": o.repro}

@@ -40,7 +40,7 @@ void free_slow_kind(void *p, size_t size, size_t align, int kind);
    decrement chained every call through one word and made single-thread churn 6% slower. (A
    signal handler that allocates in the middle of a call clears the flag early; malloc is not
    async-signal-safe, and the thread's magazines were not safe from it before either.) */
-static inline mag_t *fast_enter(tcache_t *tc, unsigned c) {
+static inline mag_t *fast_enter(tcache_t *tc, size_t c) {
   __atomic_store_n(&tc->busy, 1, __ATOMIC_RELAXED);
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   return __atomic_load_n(&tc->cls[c].loaded, __ATOMIC_RELAXED);
@@ -52,7 +52,7 @@ static inline void fast_leave(tcache_t *tc) {
 }
 
 /* Pops from the loaded magazine of class c the thread uses; NULL if it is empty. */
-static inline void *fast_pop(tcache_t *tc, unsigned c) {
+static inline void *fast_pop(tcache_t *tc, size_t c) {
 #if RSEQ_SUPPORTED
   if (tc->cpus) return rseq_pop(tc->cpus + MAG_CPU_SLOT(c), mag_rseq_area);
 #endif
@@ -69,7 +69,7 @@ static inline void *fast_pop(tcache_t *tc, unsigned c) {
 }
 
 /* Pushes p onto the loaded magazine of class c the thread uses; 0 if it is full. */
-static inline int fast_push(tcache_t *tc, unsigned c, void *p) {
+static inline int fast_push(tcache_t *tc, size_t c, void *p) {
 #if RSEQ_SUPPORTED
   if (tc->cpus) return rseq_push(tc->cpus + MAG_CPU_SLOT(c), mag_rseq_area, p);
 #endif
@@ -97,7 +97,7 @@ static inline void *fast_malloc_try(size_t size) {
   void *p = fast_pop(tc, c);
   if (!MP_LIKELY(p != NULL)) return NULL;
   *(uintptr_t *)p = 0;
-  STAT_ADD(tc->cls[c].allocs, 1);
+  STAT_ADD(tc->count[c].allocs, 1);
   STAT_ADD(tc->bytes_requested, size);
   return p;
 }
@@ -118,7 +118,7 @@ static inline int fast_free_try(void *p) {
       uintptr_t word = *(uintptr_t *)p;
       *(uintptr_t *)p = marker; /* before the push: once pushed, p may be another thread's */
       if (MP_LIKELY(fast_push(tc, c, p))) {
-        STAT_ADD(tc->cls[c].frees, 1);
+        STAT_ADD(tc->count[c].frees, 1);
         return 1;
       }
       *(uintptr_t *)p = word;

@@ -87,7 +87,7 @@ _Static_assert(offsetof(mag_t, n) == 0 && offsetof(mag_t, cap) == 4 &&
 _Static_assert(sizeof(mag_cpu_t) == 4096, "rseq.h's sequences find CPU i's record at i << 12");
 
 #define TCLASS_EMPTY                                                                               \
-  { &mag_empty, &mag_empty, 0, 0 }
+  { &mag_empty, &mag_empty }
 
 tcache_t tcache_boot = {.cls = {[0 ... SC_COUNT] = TCLASS_EMPTY}};
 tcache_t tcache_dead = {.cls = {[0 ... SC_COUNT] = TCLASS_EMPTY}};
@@ -100,6 +100,7 @@ static bool mag_cpu_fence;    /* os_fence_rseq works: idle CPUs' loaded magazine
 static bool mag_thread_fence; /* os_fence_threads works: so can idle threads' */
 
 static meta_pool_t tcache_pool = META_POOL(META_LINES(sizeof(tcache_t)));
+static meta_pool_t tcache_cpu_pool = META_POOL(META_LINES(TCACHE_CPU_SIZE)); /* no cls[] */
 static pthread_key_t mag_key;
 static lock_t mag_registry_lock = LOCK_INIT;
 static tcache_t mag_registry = {.next = &mag_registry, .prev = &mag_registry};
@@ -151,13 +152,18 @@ void mag_init(void) {
 /* Makes the calling thread's tcache; falls back to tcache_dead when memory is exhausted. */
 static tcache_t *mag_thread_start(void) {
   magpie_init();
-  tcache_t *tc = meta_alloc(&tcache_pool);
-  if (!tc) return mag_tls = &tcache_dead;
-  for (unsigned c = 0; c <= SC_COUNT; c++)
+  lock_acquire(&mag_registry_lock);
+  char *cpus = mag_cpu_thread(mag_threads_live + 1);
+  tcache_t *tc = meta_alloc(cpus ? &tcache_cpu_pool : &tcache_pool);
+  if (!tc) {
+    lock_release(&mag_registry_lock);
+    return mag_tls = &tcache_dead;
+  }
+  mag_threads_live++;
+  tc->cpus = cpus;
+  for (unsigned c = 0; c <= SC_COUNT && !cpus; c++)
     tc->cls[c] = (tclass_t)TCLASS_EMPTY;
   tc->sample_left = sample_countdown();
-  lock_acquire(&mag_registry_lock);
-  tc->cpus = mag_cpu_thread(++mag_threads_live);
   tc->next = mag_registry.next;
   tc->prev = &mag_registry;
   mag_registry.next->prev = tc;
@@ -340,19 +346,21 @@ static void mag_direct_free(cache_t *cp, void *obj) {
 
 /* One object from the thread's magazines of object cache cp; t NULL: the thread has none
    (straight to the slab layer). */
-static void *mag_pop(cache_t *cp, tclass_t *t) {
-  if (!t) return mag_direct_alloc(cp);
+static void *mag_pop(cache_t *cp, tslot_t *s) {
+  if (!s) return mag_direct_alloc(cp);
+  tclass_t *t = &s->mags;
   void *obj = t->loaded->n ? t->loaded->rounds[--t->loaded->n] : mag_alloc_miss(cp, t);
-  if (obj) STAT_ADD(t->allocs, 1);
+  if (obj) STAT_ADD(s->count.allocs, 1);
   return obj;
 }
 
-static void mag_push(cache_t *cp, tclass_t *t, void *obj) {
-  if (!t) {
+static void mag_push(cache_t *cp, tslot_t *s, void *obj) {
+  if (!s) {
     mag_direct_free(cp, obj);
     return;
   }
-  STAT_ADD(t->frees, 1);
+  tclass_t *t = &s->mags;
+  STAT_ADD(s->count.frees, 1);
   if (t->loaded->n < t->loaded->cap)
     t->loaded->rounds[t->loaded->n++] = obj;
   else if (!mag_free_miss(cp, t, obj))
@@ -391,7 +399,7 @@ void *mag_malloc(unsigned c, size_t size) {
   }
   *(uintptr_t *)p = 0;
   if (tc != &tcache_dead) {
-    STAT_ADD(tc->cls[c].allocs, 1);
+    STAT_ADD(tc->count[c].allocs, 1);
     STAT_ADD(tc->bytes_requested, size);
   }
   return p;
@@ -405,7 +413,7 @@ void mag_free(unsigned c, void *p) {
     report_heap_error("double free", p, "block already free");
   *(uintptr_t *)p = a ^ mag_secret;
   tcache_t *tc = mag_self();
-  if (tc != &tcache_dead) STAT_ADD(tc->cls[c].frees, 1);
+  if (tc != &tcache_dead) STAT_ADD(tc->count[c].frees, 1);
   if (!fast_push(tc, c, p) && !mag_free_miss_class(tc, c, p)) mag_direct_free(&malloc_caches[c], p);
 }
 
@@ -433,7 +441,7 @@ void mag_large_count(size_t size, int sign) {
 
 /* ---- object caches ---- */
 
-static tclass_t *mag_slot(tcache_t *tc, cache_t *cp) {
+static tslot_t *mag_slot(tcache_t *tc, cache_t *cp) {
   if (tc == &tcache_dead || cp->id >= MAG_CACHE_SLOTS) return NULL;
   tslot_t *slots = tc->slots;
   if (!slots) { /* published atomically: mag_cache_drain reads it from other threads */
@@ -444,8 +452,9 @@ static tclass_t *mag_slot(tcache_t *tc, cache_t *cp) {
   if (s->cache != cp) { /* first use, or the slot of a destroyed cache (already drained) */
     s->cache = cp;
     s->mags = (tclass_t)TCLASS_EMPTY;
+    s->count = (tcount_t){0, 0};
   }
-  return &s->mags;
+  return s;
 }
 
 void *mag_cache_alloc(cache_t *cp) {
@@ -488,7 +497,7 @@ void mag_cache_drain(cache_t *cp) {
 
 static void mag_flush(tcache_t *tc) {
   lock_acquire(&tc->lock);
-  for (unsigned c = 1; c <= SC_COUNT; c++)
+  for (unsigned c = 1; c <= SC_COUNT && !tc->cpus; c++)
     mag_give_back(&malloc_caches[c], &tc->cls[c]);
   lock_release(&tc->lock);
 }
@@ -571,7 +580,7 @@ void mag_reclaim_idle(void) {
   lock_acquire(&mag_registry_lock);
   for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
     lock_acquire(&tc->lock);
-    if (tc->misses == tc->misses_seen && mag_thread_park(tc)) {
+    if (!tc->cpus && tc->misses == tc->misses_seen && mag_thread_park(tc)) {
       parked = true;
       continue;
     }
@@ -595,8 +604,8 @@ void mag_flush_self(void) {
 
 static void mag_fold(mag_totals_t *sum, const tcache_t *tc) {
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    sum->allocs[c] += STAT_READ(tc->cls[c].allocs);
-    sum->frees[c] += STAT_READ(tc->cls[c].frees);
+    sum->allocs[c] += STAT_READ(tc->count[c].allocs);
+    sum->frees[c] += STAT_READ(tc->count[c].frees);
   }
   sum->bytes_requested += STAT_READ(tc->bytes_requested);
   sum->large_allocs += STAT_READ(tc->large_allocs);
@@ -617,7 +626,7 @@ void mag_thread_exit(void *arg) {
   lock_release(&mag_registry_lock);
   if (tc->slots) os_unmap(tc->slots, MAG_CACHE_SLOTS * sizeof(tslot_t));
   mag_tls = &tcache_dead;
-  meta_free(&tcache_pool, tc);
+  meta_free(tc->cpus ? &tcache_cpu_pool : &tcache_pool, tc);
 }
 
 void mag_totals(mag_totals_t *out) {

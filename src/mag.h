@@ -24,40 +24,50 @@
 #endif
 #define STAT_READ(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
 
-/* One cache as seen by one thread: Bonwick's loaded and previous magazines, and counters. */
+/* One cache as seen by one thread or CPU: Bonwick's loaded and previous magazines. */
 typedef struct tclass {
   mag_t *loaded; /* never NULL; &mag_empty only while prev is too */
   mag_t *prev;
-  uint64_t allocs; /* objects handed out by this thread (written by the owner only) */
-  uint64_t frees;
 } tclass_t;
+
+/* One cache's operations by one thread (written by the owner only). */
+typedef struct tcount {
+  uint64_t allocs; /* objects handed out to the thread */
+  uint64_t frees;
+} tcount_t;
 
 typedef struct tslot {
   tclass_t mags;
+  tcount_t count;
   cache_t *cache; /* the object cache these magazines belong to, or NULL */
 } tslot_t;
 
+/* A thread's cache. cls comes last: a thread on per-CPU magazines never touches it, and its
+   tcache ends before it (TCACHE_CPU_SIZE), which halves what each of hundreds of threads costs. */
 typedef struct tcache {
   char *cpus;    /* per-CPU magazines (mag_cpus) this thread uses for malloc, or NULL: its own */
   uint32_t busy; /* nonzero while the owner pops or pushes on its own loaded magazines */
-  tclass_t cls[SC_COUNT + 1]; /* malloc's size classes; [0] is never used */
-  uint64_t bytes_requested;   /* sum of malloc sizes (small and large) */
+  uint64_t bytes_requested; /* sum of malloc sizes (small and large) */
   uint64_t large_allocs, large_frees;
-  int64_t sample_left;        /* allocations until the next sampled one (sample.c) */
-  lock_t lock;                /* the previous magazines: owner's slow paths, mag_reclaim_idle */
-  uint32_t misses;            /* slow paths taken (lock) */
-  uint32_t misses_seen;       /* misses at the last mag_reclaim_idle (lock) */
-  bool parked;                /* mag_reclaim_idle holds its loaded magazines in prev (lock) */
-  tslot_t *slots;             /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
-  struct tcache *next, *prev; /* the registry of live thread caches (mag_registry_lock) */
+  int64_t sample_left;          /* allocations until the next sampled one (sample.c) */
+  lock_t lock;                  /* the previous magazines: owner's slow paths, mag_reclaim_idle */
+  uint32_t misses;              /* slow paths taken (lock) */
+  uint32_t misses_seen;         /* misses at the last mag_reclaim_idle (lock) */
+  bool parked;                  /* mag_reclaim_idle holds its loaded magazines in prev (lock) */
+  tslot_t *slots;               /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
+  struct tcache *next, *prev;   /* the registry of live thread caches (mag_registry_lock) */
+  tcount_t count[SC_COUNT + 1]; /* malloc's size classes; [0] is never used */
+  tclass_t cls[SC_COUNT + 1];   /* the thread's own magazines (cpus NULL only) */
 } tcache_t;
+
+#define TCACHE_CPU_SIZE offsetof(tcache_t, cls)
 
 /* One CPU's magazines of malloc's classes. Restartable sequences on the CPU pop and push on
    the loaded magazines without a lock (rseq.h); everything else happens under the lock: the
    previous magazines, and replacing a loaded one, which only a sequence on that CPU may do
    (mag_cpu_install), or anyone after taking it away and fencing the CPU (mag_reclaim_idle). */
 typedef struct mag_cpu {
-  tclass_t cls[SC_COUNT + 1]; /* the counters stay zero: threads count their own operations */
+  tclass_t cls[SC_COUNT + 1]; /* threads count their own operations in their tcaches */
   lock_t lock;
   uint32_t misses;                          /* slow paths taken on this CPU (lock) */
   uint32_t misses_seen;                     /* misses at the last mag_reclaim_idle (lock) */
