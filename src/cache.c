@@ -42,6 +42,8 @@
 
 #define MAG_BYTES_START ((size_t)8 << 10) /* objects in a cache's first magazines */
 #define MAG_BYTES_MAX ((size_t)256 << 10) /* magazine growth stops here */
+#define MAG_ROUNDS_START_MIN 16u          /* but no more than MAG_BYTES_LEAST of objects */
+#define MAG_BYTES_LEAST ((size_t)2 << 20)
 #define MAG_ROUNDS_START_MAX 32u
 #define MAG_ROUNDS_MAX 256u
 #define OBJECT_SIZE_MAX ((size_t)1 << 20)   /* object caches: spans of 8 such objects are 8 MiB */
@@ -82,8 +84,10 @@ static void cache_setup(cache_t *cp, const char *name, size_t stride, uintptr_t 
   cp->per_slab = (uint32_t)(cp->span / stride);
   cp->tag = tag;
   lock_init(&cp->slab_lock);
-  uint32_t start = opt.mag_rounds ? clamp_rounds(opt.mag_rounds, 1, MAG_ROUNDS_MAX)
-                                  : clamp_rounds(MAG_BYTES_START / stride, 2, MAG_ROUNDS_START_MAX);
+  uint32_t least = clamp_rounds(MAG_BYTES_LEAST / stride, 2, MAG_ROUNDS_START_MIN);
+  uint32_t start = opt.mag_rounds
+                       ? clamp_rounds(opt.mag_rounds, 1, MAG_ROUNDS_MAX)
+                       : clamp_rounds(MAG_BYTES_START / stride, least, MAG_ROUNDS_START_MAX);
   depot_init(cp, start, clamp_rounds(MAG_BYTES_MAX / stride, start, MAG_ROUNDS_MAX));
 }
 

@@ -34,9 +34,9 @@
 
 #define DEPOT_GROW_CONTENDED 16 /* failed try-locks per reap interval that justify larger mags */
 #define DEPOT_FULL_BYTES_MAX ((size_t)2 << 20) /* objects a depot keeps in full magazines */
-#define DEPOT_HOT_EXCHANGES 256                /* a power of two */
-#define DEPOT_HOT_NS 10000000u                 /* 10 ms: 25,600 exchanges a second */
-#define DEPOT_HOT_ROUNDS 16 /* a hot depot grows magazines smaller than this, no further */
+#define DEPOT_HOT_EXCHANGES 64                 /* a power of two */
+#define DEPOT_HOT_NS 10000000u                 /* 10 ms: 6,400 exchanges a second */
+#define DEPOT_HOT_ROUNDS 32 /* a hot depot grows magazines smaller than this, no further */
 #define MAG_POOLS 9         /* magazine capacities 1, 2, 4, ..., 256 */
 
 mag_t mag_empty = {0, 0, 0, NULL};
