@@ -6,10 +6,11 @@
  *   1. A cache is a slab layer plus a depot (cache.h). malloc's 72 size classes are static
  *      caches without constructors; magpie_cache_create makes object caches with them, whose
  *      slabs carry PM_TAG_CACHE in the page map so free() refuses their objects.
- *   2. Magazine size: a cache starts with magazines of about MAG_BYTES_START bytes of objects
- *      (2..32 rounds), and its depot may double them under contention up to MAG_BYTES_MAX
- *      (at most 256 rounds). Small at first keeps idle threads cheap; growth buys throughput
- *      where threads collide.
+ *   2. Magazine size: a cache starts with magazines of about MAG_BYTES_START bytes of objects,
+ *      16..32 rounds (fewer where 16 would hold more than MAG_BYTES_LEAST), and its depot may
+ *      double them under contention up to MAG_BYTES_MAX (at most 256 rounds). Slow start (mag.c
+ *      theory 8) keeps a thread that uses a class a little from reserving a magazine's worth;
+ *      16 rounds keep one that churns a class of big blocks off the depot (docs/design.md).
  *   3. Reaping: at most once per reap_ms, each depot returns the magazines its working set did
  *      not need to the slabs (empty slabs go to the arena) and the arena purges its dirty pages
  *      above `retain`. Until the heap maps REAPER_START_BYTES, the first slow path to notice
