@@ -16,7 +16,9 @@
  *      The handlers are registered from the constructor, when malloc already works
  *      (pthread_atfork itself allocates).
  *   4. At exit, the destructor writes the leak report (MAGPIE_DEBUG) and the statistics report
- *      if MAGPIE_OPTIONS asked for one.
+ *      if MAGPIE_OPTIONS asked for one, to the stderr the program started with: the constructor
+ *      keeps a copy (report_keep_stderr), since programs such as ls close fd 2 at exit before
+ *      the destructor runs.
  */
 #include "init.h"
 #include "cache.h"
@@ -106,6 +108,7 @@ __attribute__((constructor)) static void magpie_constructor(void) {
     options_init();
     heap_arena.retain = opt.retain;
   }
+  if (debug_on || (opt.stats != OPT_STATS_OFF && !opt.stats_file[0])) report_keep_stderr();
   pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 

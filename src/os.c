@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <string.h>
@@ -263,6 +264,18 @@ int os_open_write(const char *path) {
 
 void os_close(int fd) {
   close(fd);
+}
+
+int os_dup(int fd) {
+  return fcntl(fd, F_DUPFD_CLOEXEC, 3);
+}
+
+bool os_file_id(int fd, uint64_t id[2]) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return false;
+  id[0] = (uint64_t)st.st_dev;
+  id[1] = (uint64_t)st.st_ino;
+  return true;
 }
 
 int os_getpid(void) {

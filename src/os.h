@@ -44,6 +44,9 @@ void os_futex_wake(uint32_t *word, int count);
 void os_write_all(int fd, const char *buf, size_t len);
 int os_open_write(const char *path); /* O_CREAT|O_TRUNC|O_CLOEXEC, mode 0644; -1 on failure */
 void os_close(int fd);
+int os_dup(int fd); /* a close-on-exec copy numbered 3 or more; -1 on failure */
+/* What file fd is open on (device and inode); false when fd is not open. */
+bool os_file_id(int fd, uint64_t id[2]);
 int os_getpid(void);
 size_t os_rss_bytes(void);
 /* The end of the mapping holding sp (the top of that thread's stack); 0 if not found. */

@@ -42,6 +42,25 @@ enum { LOG_STDERR, LOG_PENDING, LOG_OPEN };
 static char report_log_path[256];
 static int report_log_state = LOG_STDERR; /* atomic */
 static int report_log_fd = 2;
+static int report_stderr_copy = -1; /* report_keep_stderr */
+static uint64_t report_stderr_id[2];
+
+void report_keep_stderr(void) {
+  int fd = os_dup(2);
+  if (fd >= 0 && os_file_id(fd, report_stderr_id))
+    report_stderr_copy = fd;
+  else if (fd >= 0)
+    os_close(fd);
+}
+
+int report_stderr(void) {
+  uint64_t id[2];
+  int fd = report_stderr_copy;
+  return fd >= 0 && os_file_id(fd, id) && id[0] == report_stderr_id[0] &&
+                 id[1] == report_stderr_id[1]
+             ? fd
+             : 2;
+}
 
 void report_set_log(const char *path) {
   size_t n = strlen(path);
@@ -54,7 +73,7 @@ void report_set_log(const char *path) {
 static int report_out(void) {
   int state = __atomic_load_n(&report_log_state, __ATOMIC_ACQUIRE);
   if (state == LOG_OPEN) return report_log_fd;
-  if (state == LOG_STDERR) return 2;
+  if (state == LOG_STDERR) return report_stderr();
   char path[sizeof report_log_path + REPORT_DEC_MAX];
   report_expand_pid(path, sizeof path, report_log_path);
   int fd = os_open_write(path);
@@ -69,7 +88,8 @@ static int report_out(void) {
     __atomic_compare_exchange_n(&report_log_state, &expected, LOG_STDERR, false, __ATOMIC_ACQ_REL,
                                 __ATOMIC_ACQUIRE);
   }
-  return __atomic_load_n(&report_log_state, __ATOMIC_ACQUIRE) == LOG_OPEN ? report_log_fd : 2;
+  return __atomic_load_n(&report_log_state, __ATOMIC_ACQUIRE) == LOG_OPEN ? report_log_fd
+                                                                          : report_stderr();
 }
 
 void report_str(report_buf_t *b, const char *s) {

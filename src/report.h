@@ -47,6 +47,13 @@ void report_current_stack(report_buf_t *b);
 /* Sends every later report to path ("%p" becomes the pid), opened at the first report; stderr if
    it cannot be opened. Called before any report (debug_init). */
 void report_set_log(const char *path);
+/* Keeps a copy of stderr for the reports written at exit: programs such as coreutils close
+   fd 2 in an atexit handler, before magpie's destructor runs. */
+void report_keep_stderr(void);
+/* Where a report for stderr goes: the kept copy while it is still open on the file it was
+   copied from (the program may have closed it and opened another file under its number),
+   else fd 2. */
+int report_stderr(void);
 /* Demangles an Itanium C++ name (the common forms) into out; false when it cannot. No heap. */
 bool report_demangle(const char *mangled, char *out, size_t cap);
 

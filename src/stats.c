@@ -232,12 +232,13 @@ MAGPIE_EXPORT int magpie_stats_write(int fd, int format) {
 
 void stats_at_exit(void) {
   if (opt.stats == OPT_STATS_OFF) return;
-  int fd = 2;
+  int fd = -1;
   if (opt.stats_file[0]) {
     char path[sizeof opt.stats_file + REPORT_DEC_MAX];
     report_expand_pid(path, sizeof path, opt.stats_file);
     if ((fd = os_open_write(path)) < 0) return;
   }
-  stats_write(fd, opt.stats == OPT_STATS_JSON ? MAGPIE_STATS_JSON : MAGPIE_STATS_TEXT);
-  if (fd != 2) os_close(fd);
+  stats_write(fd >= 0 ? fd : report_stderr(),
+              opt.stats == OPT_STATS_JSON ? MAGPIE_STATS_JSON : MAGPIE_STATS_TEXT);
+  if (fd >= 0) os_close(fd);
 }
