@@ -166,8 +166,10 @@ static void obj_dtor(void *obj, void *arg) {
   dtor_calls++;
 }
 
-int main(void) {
-  UCHECK(!mag_percpu()); /* MAGPIE_OPTIONS=percpu=0, set by CMakeLists.txt */
+int main(int argc, char **argv) {
+  (void)argc;
+  unit_options(argv, "reaper=0,percpu=0");
+  UCHECK(!mag_percpu());
   /* 1. every class, all objects distinct and aligned, then everything back */
   static void *blocks[SC_COUNT + 1][PER_CLASS];
   for (unsigned c = 1; c <= SC_COUNT; c++)

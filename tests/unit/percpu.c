@@ -1,6 +1,6 @@
 /*
  * The per-CPU magazines (mag.c, rseq.h), driven through magpie_* and the layers' functions:
- *   - with glibc's rseq area and percpu_threads=1 (CMakeLists.txt), the first thread keeps its
+ *   - with glibc's rseq area and percpu_threads=1 (set in main), the first thread keeps its
  *     own magazines and every later one uses the CPUs';
  *   - threads moved between CPUs all the time (a mover thread changes their affinity) while
  *     they allocate, write, hand blocks to each other and free: no block is handed out twice
@@ -86,7 +86,9 @@ static void *quiet_user(void *arg) {
   return NULL;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  (void)argc;
+  unit_options(argv, "reaper=0,percpu_threads=1"); /* every thread but the first */
   if (!os_rseq_available()) {
     fprintf(stderr, "percpu: glibc registered no rseq area: skipped\n");
     return 77;
@@ -121,5 +123,6 @@ int main(void) {
   mag_reclaim_idle(); /* quiet since: both magazines of every CPU go to the depot */
   depot_reap(qc, true);
   UCHECK(objects_out(qc) == 0);
+  printf("percpu: ok (%d workers moved between CPUs, %d operations each)\n", WORKERS, OPS);
   return 0;
 }

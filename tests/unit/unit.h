@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #define UCHECK(expr)                                                                               \
   do {                                                                                             \
@@ -17,6 +19,17 @@
       exit(1);                                                                                     \
     }                                                                                              \
   } while (0)
+
+/* Makes the test run with MAGPIE_OPTIONS=options whatever its environment says: magpie reads
+   them once, before main, so a test that depends on them executes itself again with them. */
+static inline void unit_options(char **argv, const char *options) {
+  const char *now = getenv("MAGPIE_OPTIONS");
+  if (now && strcmp(now, options) == 0) return;
+  setenv("MAGPIE_OPTIONS", options, 1);
+  execv("/proc/self/exe", argv);
+  perror("unit_options: execv /proc/self/exe");
+  exit(1);
+}
 
 /* xorshift64*: deterministic sequences for randomised operations. */
 static inline uint64_t unit_rand(uint64_t *state) {
