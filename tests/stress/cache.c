@@ -58,15 +58,16 @@ struct cache_rec {
   atomic_ullong allocs, frees, nulls;
 };
 
+static long nthreads, nops, window, nslots, private_every, fail_every;
 static stress_param_t params[] = {
-    {"threads", 16, "threads"},
-    {"ops", 300000, "operations per thread"},
-    {"window", 48, "objects a thread holds at most"},
-    {"slots", 64, "shared slots for trading objects"},
-    {"private_every", 10000, "operations between private caches"},
-    {"fail_every", 37, "the flaky cache's constructor fails every n-th call"},
-    {"seed", 1, "random seed"},
-    {"timeout", 120, "watchdog, seconds"},
+    {"threads", 16, "threads", &nthreads},
+    {"ops", 300000, "operations per thread", &nops},
+    {"window", 48, "objects a thread holds at most", &window},
+    {"slots", 64, "shared slots for trading objects", &nslots},
+    {"private_every", 10000, "operations between private caches", &private_every},
+    {"fail_every", 37, "the flaky cache's constructor fails every n-th call", &fail_every},
+    {"seed", 1, "random seed", NULL},
+    {"timeout", 120, "watchdog, seconds", NULL},
 };
 #define NPARAMS (sizeof params / sizeof params[0])
 
@@ -80,7 +81,6 @@ static const struct {
 };
 #define NCACHES (sizeof shapes / sizeof shapes[0])
 
-static long nthreads, nops, window, nslots, private_every, fail_every;
 static uint64_t seed;
 static cache_rec_t shared[NCACHES];
 static _Atomic(obj_hdr_t *) *slots;
@@ -280,14 +280,7 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
   stress_params(argc, argv, TEST, params, NPARAMS);
-  nthreads = stress_param(params, NPARAMS, "threads");
-  nops = stress_param(params, NPARAMS, "ops");
-  window = stress_param(params, NPARAMS, "window");
-  nslots = stress_param(params, NPARAMS, "slots");
-  private_every = stress_param(params, NPARAMS, "private_every");
-  fail_every = stress_param(params, NPARAMS, "fail_every");
   seed = (uint64_t)stress_param(params, NPARAMS, "seed");
-  stress_watchdog((unsigned)stress_param(params, NPARAMS, "timeout"), TEST);
   if (nthreads < 1 || nops < 0 || window < 1 || nslots < 1 || fail_every < 0)
     stress_fail(TEST ": bad parameters");
 

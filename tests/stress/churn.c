@@ -29,14 +29,15 @@
 /* Progress lines (RSS) printed over the run. */
 #define REPORTS 10
 
+static long nthreads, wave, ops, baseline, slack_mib;
 static stress_param_t params[] = {
-    {"threads", 100000, "threads in all"},
-    {"wave", 64, "threads alive at a time"},
-    {"ops", 200, "operations per thread"},
-    {"baseline", 5000, "threads run before the resident set is recorded"},
-    {"rss_slack_mib", 64, "allowed growth of the resident set after the baseline, MiB"},
-    {"seed", 1, "random seed"},
-    {"timeout", 120, "watchdog, seconds"},
+    {"threads", 100000, "threads in all", &nthreads},
+    {"wave", 64, "threads alive at a time", &wave},
+    {"ops", 200, "operations per thread", &ops},
+    {"baseline", 5000, "threads run before the resident set is recorded", &baseline},
+    {"rss_slack_mib", 64, "allowed growth of the resident set after the baseline, MiB", &slack_mib},
+    {"seed", 1, "random seed", NULL},
+    {"timeout", 120, "watchdog, seconds", NULL},
 };
 #define NPARAMS (sizeof params / sizeof params[0])
 
@@ -86,15 +87,11 @@ static void *churner(void *arg) {
 
 int main(int argc, char **argv) {
   stress_params(argc, argv, TEST, params, NPARAMS);
-  long nthreads = stress_param(params, NPARAMS, "threads");
-  long wave = stress_param(params, NPARAMS, "wave");
-  long ops = stress_param(params, NPARAMS, "ops");
-  long baseline = stress_param(params, NPARAMS, "baseline");
-  size_t slack = (size_t)stress_param(params, NPARAMS, "rss_slack_mib") << 20;
   seed = (uint64_t)stress_param(params, NPARAMS, "seed");
-  stress_watchdog((unsigned)stress_param(params, NPARAMS, "timeout"), TEST);
-  if (nthreads < 1 || wave < 1 || ops < 0 || baseline < 0 || baseline >= nthreads)
+  if (nthreads < 1 || wave < 1 || ops < 0 || baseline < 0 || baseline >= nthreads ||
+      slack_mib < 0)
     stress_fail(TEST ": bad parameters");
+  size_t slack = (size_t)slack_mib << 20;
 
   /* Two generations of records: the running wave reads the leftovers of the one before. */
   churner_t *gen[2];

@@ -59,13 +59,14 @@
 #define TRIM_EVERY 2000
 #define STATS_EVERY 1000
 
+static long nhammers, nforks, child_timeout, child_threads;
 static stress_param_t params[] = {
-    {"hammers", 4, "threads allocating while the main thread forks"},
-    {"forks", 50, "children forked"},
-    {"child_timeout", 10, "seconds a child may take (alarm in the child)"},
-    {"child_threads", !STRESS_TSAN, "start threads in the child (0 under TSan)"},
-    {"seed", 1, "random seed"},
-    {"timeout", 120, "watchdog, seconds"},
+    {"hammers", 4, "threads allocating while the main thread forks", &nhammers},
+    {"forks", 50, "children forked", &nforks},
+    {"child_timeout", 10, "seconds a child may take (alarm in the child)", &child_timeout},
+    {"child_threads", !STRESS_TSAN, "start threads in the child (0 under TSan)", &child_threads},
+    {"seed", 1, "random seed", NULL},
+    {"timeout", 120, "watchdog, seconds", NULL},
 };
 #define NPARAMS (sizeof params / sizeof params[0])
 
@@ -81,7 +82,6 @@ static atomic_ullong ctors, dtors; /* of every cache here, parent side */
 static int devnull = -1;
 static _Atomic(parcel_t *) slots[NSLOTS];
 static atomic_ullong hammer_ops;
-static long child_threads;
 
 typedef struct {
   pthread_t thread;
@@ -232,7 +232,7 @@ static void *child_thread(void *arg) {
 }
 
 __attribute__((noreturn)) static void child(stress_block_t *held, int nr) {
-  stress_watchdog((unsigned)stress_param(params, NPARAMS, "child_timeout"), TEST " child");
+  stress_watchdog((unsigned)child_timeout, TEST " child");
   stress_rng_t rng;
   stress_rng_seed(&rng, seed ^ 0xf04c, (uint64_t)nr);
   /* Memory allocated before the fork: the main thread's, and what the hammers published. */
@@ -356,12 +356,7 @@ static void wait_child(pid_t pid, int nr, double limit) {
 
 int main(int argc, char **argv) {
   stress_params(argc, argv, TEST, params, NPARAMS);
-  long nhammers = stress_param(params, NPARAMS, "hammers");
-  long nforks = stress_param(params, NPARAMS, "forks");
-  long child_timeout = stress_param(params, NPARAMS, "child_timeout");
-  child_threads = stress_param(params, NPARAMS, "child_threads");
   seed = (uint64_t)stress_param(params, NPARAMS, "seed");
-  stress_watchdog((unsigned)stress_param(params, NPARAMS, "timeout"), TEST);
   if (nhammers < 0 || nforks < 0 || child_timeout < 1)
     stress_fail(TEST ": bad parameters");
 

@@ -28,18 +28,18 @@ static const char *const op_names[OP_COUNT] = {
     "malloc", "calloc", "realloc(NULL)", "posix_memalign", "aligned_alloc", "malloc(0)",
     "free",   "realloc", "trade",        "check"};
 
+static long nthreads, nops, window, nslots, naudits;
 static stress_param_t params[] = {
-    {"threads", 16, "threads"},
-    {"ops", 120000, "operations per thread"},
-    {"window", 64, "descriptors per thread"},
-    {"slots", 64, "shared slots for trading blocks"},
-    {"audits", 8, "stop-the-world checks during the run"},
-    {"seed", 1, "random seed"},
-    {"timeout", 120, "watchdog, seconds"},
+    {"threads", 16, "threads", &nthreads},
+    {"ops", 120000, "operations per thread", &nops},
+    {"window", 64, "descriptors per thread", &window},
+    {"slots", 64, "shared slots for trading blocks", &nslots},
+    {"audits", 8, "stop-the-world checks during the run", &naudits},
+    {"seed", 1, "random seed", NULL},
+    {"timeout", 120, "watchdog, seconds", NULL},
 };
 #define NPARAMS (sizeof params / sizeof params[0])
 
-static long nthreads, nops, window, nslots, naudits;
 static uint64_t seed;
 static stress_block_t *pool;             /* every descriptor: nthreads * window + nslots */
 static stress_block_t **windows;         /* windows[t * window + i]: owned by thread t */
@@ -198,13 +198,7 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
   stress_params(argc, argv, TEST, params, NPARAMS);
-  nthreads = stress_param(params, NPARAMS, "threads");
-  nops = stress_param(params, NPARAMS, "ops");
-  window = stress_param(params, NPARAMS, "window");
-  nslots = stress_param(params, NPARAMS, "slots");
-  naudits = stress_param(params, NPARAMS, "audits");
   seed = (uint64_t)stress_param(params, NPARAMS, "seed");
-  stress_watchdog((unsigned)stress_param(params, NPARAMS, "timeout"), TEST);
   if (nthreads < 1 || nops < 0 || window < 1 || nslots < 1 || naudits < 0)
     stress_fail(TEST ": bad parameters");
 

@@ -38,19 +38,19 @@ typedef struct {
   int closed;                     /* guarded by mu: no more pushes */
 } queue_t;
 
+static long nproducers, nconsumers, nitems, big_pct, rounds, growth_pct;
 static stress_param_t params[] = {
-    {"producers", 8, "producer threads"},
-    {"consumers", 8, "consumer threads (one queue each)"},
-    {"items", 15000, "blocks per producer per round"},
-    {"big_pct", 1, "percent of blocks between 64 KiB and 1 MiB"},
-    {"rounds", 4, "rounds of the same workload"},
-    {"growth_pct", 200, "mapped bytes allowed in later rounds, percent of round 1's peak"},
-    {"seed", 1, "random seed"},
-    {"timeout", 120, "watchdog, seconds"},
+    {"producers", 8, "producer threads", &nproducers},
+    {"consumers", 8, "consumer threads (one queue each)", &nconsumers},
+    {"items", 15000, "blocks per producer per round", &nitems},
+    {"big_pct", 1, "percent of blocks between 64 KiB and 1 MiB", &big_pct},
+    {"rounds", 4, "rounds of the same workload", &rounds},
+    {"growth_pct", 200, "mapped bytes allowed in later rounds, % of round 1's peak", &growth_pct},
+    {"seed", 1, "random seed", NULL},
+    {"timeout", 120, "watchdog, seconds", NULL},
 };
 #define NPARAMS (sizeof params / sizeof params[0])
 
-static long nproducers, nconsumers, nitems, big_pct;
 static uint64_t seed;
 static queue_t *queues;
 static atomic_long producers_done;
@@ -221,20 +221,13 @@ static size_t run_round(int round) {
 
 int main(int argc, char **argv) {
   stress_params(argc, argv, TEST, params, NPARAMS);
-  nproducers = stress_param(params, NPARAMS, "producers");
-  nconsumers = stress_param(params, NPARAMS, "consumers");
-  nitems = stress_param(params, NPARAMS, "items");
-  big_pct = stress_param(params, NPARAMS, "big_pct");
-  long growth_pct = stress_param(params, NPARAMS, "growth_pct");
   seed = (uint64_t)stress_param(params, NPARAMS, "seed");
-  stress_watchdog((unsigned)stress_param(params, NPARAMS, "timeout"), TEST);
   if (nproducers < 1 || nconsumers < 1 || nitems < 1 || big_pct < 0 || big_pct > 100)
     stress_fail(TEST ": bad parameters");
   queues = calloc((size_t)nconsumers, sizeof *queues);
   if (!queues)
     stress_fail(TEST ": out of memory for queues");
 
-  long rounds = stress_param(params, NPARAMS, "rounds");
   if (rounds < 2)
     stress_fail(TEST ": rounds must be at least 2");
   double t0 = stress_now();

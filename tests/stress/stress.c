@@ -309,12 +309,15 @@ void stress_params(int argc, char **argv, const char *test, stress_param_t *para
     }
     params[i].value = v;
   }
+  for (size_t i = 0; i < n; i++)
+    if (params[i].to) *params[i].to = params[i].value;
   char line[MSG_MAX];
   size_t len = (size_t)snprintf(line, sizeof line, "%s%s:", test, STRESS_TSAN ? " (tsan)" : "");
   for (size_t i = 0; i < n && len < sizeof line; i++)
     len += (size_t)snprintf(line + len, sizeof line - len, " %s=%ld", params[i].name,
                             params[i].value);
   stress_log("%s", line);
+  stress_watchdog((unsigned)stress_param(params, n, "timeout"), test);
 }
 
 long stress_param(const stress_param_t *params, size_t n, const char *name) {

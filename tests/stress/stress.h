@@ -139,9 +139,11 @@ typedef struct {
   const char *name;
   long value;
   const char *help;
+  long *to; /* where stress_params stores the value, or NULL */
 } stress_param_t;
 
-/* Parses name=value arguments into params, prints the values in effect; exits 2 on error. */
+/* Parses name=value arguments into params, stores each value where its entry says, prints the
+   values in effect and starts the watchdog for the "timeout" parameter; exits 2 on error. */
 void stress_params(int argc, char **argv, const char *test, stress_param_t *params, size_t n);
 long stress_param(const stress_param_t *params, size_t n, const char *name);
 
