@@ -6,14 +6,18 @@
 #include "pagemap.h"
 #include "vmem.h"
 
+#define SLAB_OBJECTS_MAX 4096 /* 64 KiB of 16-byte objects; bigger objects get bigger spans */
+
 struct slab {
   slab_t *next, *prev; /* on cache->partial (slab_lock) */
   uintptr_t base;      /* the span's first byte; object i is at base + i * size */
   cache_t *cache;
-  void *free;      /* returned objects, linked through their second word */
   uint32_t used;   /* objects out of the slab */
   uint32_t carved; /* objects [0, carved) have been handed out at least once */
+  uint32_t nfree;  /* returned objects: the bits set in map */
+  uint32_t scan;   /* map words below this one hold no set bit */
   bool listed;     /* on cache->partial */
+  uint64_t map[];  /* bit i set: object i (< carved) came back and is free */
 };
 
 extern vmem_t heap_arena; /* where spans and large blocks come from */

@@ -12,7 +12,9 @@
  *     too (fenced with membarrier), and the thread goes on allocating and freeing afterwards;
  *   - constructors and destructors may allocate, even inside a magazine miss;
  *   - a reaper looking again and again takes magazines from threads in the middle of their
- *     fast paths: no block is handed out twice, none is lost.
+ *     fast paths: no block is handed out twice, none is lost;
+ *   - returned objects come back out of their slab lowest address first, and one returned twice
+ *     is reported as a double free.
  * Malloc's magazines are per thread here (percpu=0); tests/unit/percpu.c tests the per-CPU ones.
  */
 #include "cache.h"
@@ -25,7 +27,9 @@
 #include "unit.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #define PER_CLASS 300
 #define HANDOFF 20000
@@ -121,6 +125,30 @@ static void *line_taker(void *arg) {
   for (int k = 0; k < LINE_RUN; k++)
     magpie_cache_free(line_cache, line_first[i][k]);
   return NULL;
+}
+
+/* Returns obj to its slab twice in a child process; the report the child wrote to stderr goes
+   to report (at most cap bytes) and its wait status is returned. */
+static int slab_double_return(cache_t *cp, void *obj, char *report, size_t cap) {
+  int fds[2];
+  UCHECK(pipe(fds) == 0);
+  pid_t pid = fork();
+  UCHECK(pid >= 0);
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    slab_free(cp, &obj, 1);
+    slab_free(cp, &obj, 1);
+    _exit(0);
+  }
+  close(fds[1]);
+  size_t len = 0;
+  for (ssize_t n; len + 1 < cap && (n = read(fds[0], report + len, cap - 1 - len)) > 0;)
+    len += (size_t)n;
+  report[len] = '\0';
+  close(fds[0]);
+  int status;
+  UCHECK(waitpid(pid, &status, 0) == pid);
+  return status;
 }
 
 /* Constructors and destructors that allocate: a thread's first object from such a cache runs
@@ -324,7 +352,28 @@ int main(int argc, char **argv) {
   UCHECK(ac && pthread_create(&t, NULL, allocating_user, ac) == 0 && pthread_join(t, NULL) == 0);
   magpie_cache_destroy(ac);
 
-  /* 10. magazines taken from running threads: nothing handed out twice, nothing lost */
+  /* 10. a slab hands returned objects out again lowest address first, without reading them,
+     and reports one returned twice */
+  {
+    cache_t *sc = (cache_t *)magpie_cache_create("order", 48, 0, NULL, NULL, NULL, 0);
+    UCHECK(sc != NULL);
+    void *o[8], *back[8];
+    UCHECK(slab_alloc(sc, o, 8, false) == 8);
+    for (int i = 1; i < 8; i += 2) /* return 1, 3, 5, 7: a list would give them back 7 first */
+      slab_free(sc, &o[i], 1);
+    UCHECK(slab_alloc(sc, back, 4, false) == 4);
+    for (int i = 0; i < 4; i++)
+      UCHECK(back[i] == o[2 * i + 1]);
+    char report[4096];
+    int status = slab_double_return(sc, o[0], report, sizeof report);
+    UCHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+    UCHECK(strstr(report, "double free") && strstr(report, "already back in its slab"));
+    slab_free(sc, o, 8);
+    slab_check(sc);
+    magpie_cache_destroy((magpie_cache_t *)sc);
+  }
+
+  /* 11. magazines taken from running threads: nothing handed out twice, nothing lost */
   magpie_trim();
   pthread_t rw[REAPED_WORKERS];
   for (uintptr_t i = 0; i < REAPED_WORKERS; i++)
