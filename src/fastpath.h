@@ -43,7 +43,7 @@ void free_slow_kind(void *p, size_t size, size_t align, int kind);
 static inline mag_t *fast_enter(tcache_t *tc, size_t c) {
   __atomic_store_n(&tc->busy, 1, __ATOMIC_RELAXED);
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  return __atomic_load_n(&tc->cls[c].loaded, __ATOMIC_RELAXED);
+  return __atomic_load_n(&tc->cls.own[c].mags.loaded, __ATOMIC_RELAXED);
 }
 
 static inline void fast_leave(tcache_t *tc) {
@@ -51,10 +51,15 @@ static inline void fast_leave(tcache_t *tc) {
   __atomic_store_n(&tc->busy, 0, __ATOMIC_RELAXED);
 }
 
-/* Pops from the loaded magazine of class c the thread uses; NULL if it is empty. */
+/* Pops from the loaded magazine of class c the thread uses and counts the allocation; NULL if
+   the magazine is empty. Each branch counts in its own layout of tc->cls. */
 static inline void *fast_pop(tcache_t *tc, size_t c) {
 #if RSEQ_SUPPORTED
-  if (tc->cpus) return rseq_pop(tc->cpus + MAG_CPU_SLOT(c), mag_rseq_area);
+  if (tc->cpus) {
+    void *p = rseq_pop(tc->cpus + MAG_CPU_SLOT(c), mag_rseq_area);
+    if (MP_LIKELY(p != NULL)) STAT_ADD(tc->cls.cpu[c].allocs, 1);
+    return p;
+  }
 #endif
   mag_t *m = fast_enter(tc, c);
   uint32_t n = m->n;
@@ -63,15 +68,21 @@ static inline void *fast_pop(tcache_t *tc, size_t c) {
     m->n = n - 1;
     p = m->rounds[n - 1];
     if (p == NULL) __builtin_unreachable(); /* rounds are blocks: the caller need not test */
+    STAT_ADD(tc->cls.own[c].count.allocs, 1);
   }
   fast_leave(tc);
   return p;
 }
 
-/* Pushes p onto the loaded magazine of class c the thread uses; 0 if it is full. */
+/* Pushes p onto the loaded magazine of class c the thread uses and counts the free; 0 if the
+   magazine is full. */
 static inline int fast_push(tcache_t *tc, size_t c, void *p) {
 #if RSEQ_SUPPORTED
-  if (tc->cpus) return rseq_push(tc->cpus + MAG_CPU_SLOT(c), mag_rseq_area, p);
+  if (tc->cpus) {
+    int pushed = rseq_push(tc->cpus + MAG_CPU_SLOT(c), mag_rseq_area, p);
+    if (MP_LIKELY(pushed)) STAT_ADD(tc->cls.cpu[c].frees, 1);
+    return pushed;
+  }
 #endif
   mag_t *m = fast_enter(tc, c);
   uint32_t n = m->n;
@@ -79,6 +90,7 @@ static inline int fast_push(tcache_t *tc, size_t c, void *p) {
   if (pushed) {
     m->rounds[n] = p;
     m->n = n + 1;
+    STAT_ADD(tc->cls.own[c].count.frees, 1);
   }
   fast_leave(tc);
   return pushed;
@@ -97,7 +109,6 @@ static inline void *fast_malloc_try(size_t size) {
   void *p = fast_pop(tc, c);
   if (!MP_LIKELY(p != NULL)) return NULL;
   *(uintptr_t *)p = 0;
-  STAT_ADD(tc->count[c].allocs, 1);
   STAT_ADD(tc->bytes_requested, size);
   return p;
 }
@@ -117,10 +128,7 @@ static inline int fast_free_try(void *p) {
       tcache_t *tc = mag_tls;
       uintptr_t word = *(uintptr_t *)p;
       *(uintptr_t *)p = marker; /* before the push: once pushed, p may be another thread's */
-      if (MP_LIKELY(fast_push(tc, c, p))) {
-        STAT_ADD(tc->count[c].frees, 1);
-        return 1;
-      }
+      if (MP_LIKELY(fast_push(tc, c, p))) return 1;
       *(uintptr_t *)p = word;
     }
   }

@@ -89,8 +89,8 @@ _Static_assert(sizeof(mag_cpu_t) == 4096, "rseq.h's sequences find CPU i's recor
 #define TCLASS_EMPTY                                                                               \
   { &mag_empty, &mag_empty }
 
-tcache_t tcache_boot = {.cls = {[0 ... SC_COUNT] = TCLASS_EMPTY}};
-tcache_t tcache_dead = {.cls = {[0 ... SC_COUNT] = TCLASS_EMPTY}};
+tcache_t tcache_boot = {.cls.own = {[0 ... SC_COUNT] = {TCLASS_EMPTY, {0, 0}}}};
+tcache_t tcache_dead = {.cls.own = {[0 ... SC_COUNT] = {TCLASS_EMPTY, {0, 0}}}};
 __thread tcache_t *mag_tls __attribute__((tls_model("initial-exec"))) = &tcache_boot;
 uintptr_t mag_secret;
 ptrdiff_t mag_rseq_area;
@@ -100,7 +100,7 @@ static bool mag_cpu_fence;    /* os_fence_rseq works: idle CPUs' loaded magazine
 static bool mag_thread_fence; /* os_fence_threads works: so can idle threads' */
 
 static meta_pool_t tcache_pool = META_POOL(META_LINES(sizeof(tcache_t)));
-static meta_pool_t tcache_cpu_pool = META_POOL(META_LINES(TCACHE_CPU_SIZE)); /* no cls[] */
+static meta_pool_t tcache_cpu_pool = META_POOL(META_LINES(TCACHE_CPU_SIZE)); /* counts only */
 static pthread_key_t mag_key;
 static lock_t mag_registry_lock = LOCK_INIT;
 static tcache_t mag_registry = {.next = &mag_registry, .prev = &mag_registry};
@@ -162,7 +162,7 @@ static tcache_t *mag_thread_start(void) {
   mag_threads_live++;
   tc->cpus = cpus;
   for (unsigned c = 0; c <= SC_COUNT && !cpus; c++)
-    tc->cls[c] = (tclass_t)TCLASS_EMPTY;
+    tc->cls.own[c].mags = (tclass_t)TCLASS_EMPTY;
   tc->sample_left = sample_countdown();
   tc->next = mag_registry.next;
   tc->prev = &mag_registry;
@@ -173,6 +173,11 @@ static tcache_t *mag_thread_start(void) {
   mag_tls = tc; /* before pthread_setspecific, which may allocate */
   pthread_setspecific(mag_key, tc);
   return tc;
+}
+
+/* The counts of class c in tc's layout (mag.h). */
+static tcount_t *mag_count(tcache_t *tc, unsigned c) {
+  return tc->cpus ? &tc->cls.cpu[c] : &tc->cls.own[c].count;
 }
 
 static tcache_t *mag_self(void) {
@@ -376,7 +381,7 @@ static void *mag_malloc_miss(tcache_t *tc, unsigned c) {
 #if RSEQ_SUPPORTED
   if (tc->cpus) return mag_cpu_alloc(cp, c);
 #endif
-  return mag_alloc_miss(cp, &tc->cls[c]);
+  return mag_alloc_miss(cp, &tc->cls.own[c].mags);
 }
 
 /* After the fast path of class c found the loaded magazine full; false when no magazine took
@@ -387,21 +392,21 @@ static bool mag_free_miss_class(tcache_t *tc, unsigned c, void *p) {
 #if RSEQ_SUPPORTED
   if (tc->cpus) return mag_cpu_free(cp, c, p);
 #endif
-  return mag_free_miss(cp, &tc->cls[c], p);
+  return mag_free_miss(cp, &tc->cls.own[c].mags, p);
 }
 
 void *mag_malloc(unsigned c, size_t size) {
   tcache_t *tc = mag_self();
-  void *p = fast_pop(tc, c);
-  if (!p && !(p = mag_malloc_miss(tc, c))) {
-    errno = ENOMEM;
-    return NULL;
+  void *p = fast_pop(tc, c); /* counts itself */
+  if (!p) {
+    if (!(p = mag_malloc_miss(tc, c))) {
+      errno = ENOMEM;
+      return NULL;
+    }
+    if (tc != &tcache_dead) STAT_ADD(mag_count(tc, c)->allocs, 1);
   }
   *(uintptr_t *)p = 0;
-  if (tc != &tcache_dead) {
-    STAT_ADD(tc->count[c].allocs, 1);
-    STAT_ADD(tc->bytes_requested, size);
-  }
+  if (tc != &tcache_dead) STAT_ADD(tc->bytes_requested, size);
   return p;
 }
 
@@ -413,14 +418,15 @@ void mag_free(unsigned c, void *p) {
     report_heap_error("double free", p, "block already free");
   *(uintptr_t *)p = a ^ mag_secret;
   tcache_t *tc = mag_self();
-  if (tc != &tcache_dead) STAT_ADD(tc->count[c].frees, 1);
-  if (!fast_push(tc, c, p) && !mag_free_miss_class(tc, c, p)) mag_direct_free(&malloc_caches[c], p);
+  if (fast_push(tc, c, p)) return; /* counted */
+  if (tc != &tcache_dead) STAT_ADD(mag_count(tc, c)->frees, 1);
+  if (!mag_free_miss_class(tc, c, p)) mag_direct_free(&malloc_caches[c], p);
 }
 
 unsigned mag_miss_weight(unsigned c) {
   tcache_t *tc = mag_tls;
   if (tc->cpus) return depot_cap(&malloc_caches[c]) + 1;
-  mag_t *loaded = __atomic_load_n(&tc->cls[c].loaded, __ATOMIC_RELAXED); /* the reaper's too */
+  mag_t *loaded = __atomic_load_n(&tc->cls.own[c].mags.loaded, __ATOMIC_RELAXED); /* reaper's too */
   return loaded->cap + 1;
 }
 
@@ -498,7 +504,7 @@ void mag_cache_drain(cache_t *cp) {
 static void mag_flush(tcache_t *tc) {
   lock_acquire(&tc->lock);
   for (unsigned c = 1; c <= SC_COUNT && !tc->cpus; c++)
-    mag_give_back(&malloc_caches[c], &tc->cls[c]);
+    mag_give_back(&malloc_caches[c], &tc->cls.own[c].mags);
   lock_release(&tc->lock);
 }
 
@@ -541,7 +547,7 @@ static void mag_cpu_reclaim(bool all) {
 static bool mag_thread_park(tcache_t *tc) {
   tc->parked = false;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    tclass_t *t = &tc->cls[c];
+    tclass_t *t = &tc->cls.own[c].mags;
     mag_give(&malloc_caches[c], t->prev);
     t->prev = &mag_empty; /* allowed whatever the loaded one is */
     if (mag_thread_fence && __atomic_load_n(&t->loaded->n, __ATOMIC_RELAXED)) {
@@ -560,7 +566,7 @@ static bool mag_thread_park(tcache_t *tc) {
 static void mag_thread_settle(tcache_t *tc, bool fenced) {
   bool take = fenced && __atomic_load_n(&tc->busy, __ATOMIC_RELAXED) == 0;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    tclass_t *t = &tc->cls[c];
+    tclass_t *t = &tc->cls.own[c].mags;
     if (t->loaded != &mag_empty || t->prev == &mag_empty) continue;
     if (take)
       mag_give(&malloc_caches[c], t->prev);
@@ -604,8 +610,9 @@ void mag_flush_self(void) {
 
 static void mag_fold(mag_totals_t *sum, const tcache_t *tc) {
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    sum->allocs[c] += STAT_READ(tc->count[c].allocs);
-    sum->frees[c] += STAT_READ(tc->count[c].frees);
+    const tcount_t *n = tc->cpus ? &tc->cls.cpu[c] : &tc->cls.own[c].count;
+    sum->allocs[c] += STAT_READ(n->allocs);
+    sum->frees[c] += STAT_READ(n->frees);
   }
   sum->bytes_requested += STAT_READ(tc->bytes_requested);
   sum->large_allocs += STAT_READ(tc->large_allocs);

@@ -36,14 +36,23 @@ typedef struct tcount {
   uint64_t frees;
 } tcount_t;
 
+/* One cache of a thread with magazines of its own: magazines and counts in half a line, which
+   a fast-path call reads and writes whole. */
+typedef struct town {
+  tclass_t mags;
+  tcount_t count;
+} town_t;
+
 typedef struct tslot {
   tclass_t mags;
   tcount_t count;
   cache_t *cache; /* the object cache these magazines belong to, or NULL */
 } tslot_t;
 
-/* A thread's cache. cls comes last: a thread on per-CPU magazines never touches it, and its
-   tcache ends before it (TCACHE_CPU_SIZE), which halves what each of hundreds of threads costs. */
+/* A thread's cache. cls comes last and has two layouts, chosen when the thread starts: a thread
+   with magazines of its own keeps them beside its counts (own); a thread on per-CPU magazines
+   keeps counts only (cpu), and its tcache ends there (TCACHE_CPU_SIZE), which halves what each
+   of hundreds of threads costs. */
 typedef struct tcache {
   char *cpus;    /* per-CPU magazines (mag_cpus) this thread uses for malloc, or NULL: its own */
   uint32_t busy; /* nonzero while the owner pops or pushes on its own loaded magazines */
@@ -56,11 +65,13 @@ typedef struct tcache {
   bool parked;                  /* mag_reclaim_idle holds its loaded magazines in prev (lock) */
   tslot_t *slots;               /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
   struct tcache *next, *prev;   /* the registry of live thread caches (mag_registry_lock) */
-  tcount_t count[SC_COUNT + 1]; /* malloc's size classes; [0] is never used */
-  tclass_t cls[SC_COUNT + 1];   /* the thread's own magazines (cpus NULL only) */
+  union {                       /* malloc's size classes; [0] is never used */
+    town_t own[SC_COUNT + 1];   /* cpus NULL */
+    tcount_t cpu[SC_COUNT + 1]; /* cpus set */
+  } cls;
 } tcache_t;
 
-#define TCACHE_CPU_SIZE offsetof(tcache_t, cls)
+#define TCACHE_CPU_SIZE (offsetof(tcache_t, cls) + sizeof(tcount_t) * (SC_COUNT + 1))
 
 /* One CPU's magazines of malloc's classes. Restartable sequences on the CPU pop and push on
    the loaded magazines without a lock (rseq.h); everything else happens under the lock: the

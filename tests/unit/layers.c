@@ -79,7 +79,7 @@ static void *idler(void *arg) {
 static int idler_rounds(bool prev) {
   tcache_t *tc = idler_cache;
   lock_acquire(&tc->lock);
-  tclass_t *t = &tc->cls[sc_of(IDLER_SIZE)];
+  tclass_t *t = &tc->cls.own[sc_of(IDLER_SIZE)].mags;
   mag_t *m = prev ? t->prev : t->loaded;
   int n = m == &mag_empty ? -1 : (int)m->n;
   lock_release(&tc->lock);
