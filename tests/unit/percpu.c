@@ -6,6 +6,7 @@
  *     they allocate, write, hand blocks to each other and free: no block is handed out twice
  *     (each carries its owner's pattern, checked before it is freed), and none is lost (after
  *     everything is freed and trimmed, no slab is left);
+ *   - every allocation and free is counted, in the workers' counts-only tcaches;
  *   - the reaper leaves a CPU's magazines alone while the CPU misses, and takes both of them,
  *     the loaded one too (fenced with membarrier), once it has been quiet for an interval.
  * Exits 77 (skipped) where glibc registered no rseq area.
@@ -108,6 +109,15 @@ int main(int argc, char **argv) {
   for (int i = 0; i < SHARED; i++)
     if (shared[i]) unit_block_free(shared[i]);
   UCHECK(unit_total_slabs() > 0); /* the CPUs' magazines and the depots hold the freed blocks */
+  /* every operation was counted, in the counts-only layout of the workers' tcaches */
+  static mag_totals_t sum;
+  mag_totals(&sum);
+  uint64_t allocs = 0, frees = 0;
+  for (unsigned c = 1; c <= SC_COUNT; c++) {
+    allocs += sum.allocs[c];
+    frees += sum.frees[c];
+  }
+  UCHECK(allocs == frees && allocs >= (uint64_t)WORKERS * OPS);
   magpie_trim();
   UCHECK(unit_total_slabs() == 0);
 
