@@ -186,14 +186,14 @@ MAGPIE_EXPORT magpie_cache_t *magpie_cache_create(const char *name, size_t size,
 }
 
 /* The calling thread's magazines of cp when it has them already (the fast paths below). */
-static inline tslot_t *cache_slot(const cache_t *cp) {
+static inline town_t *cache_slot(const cache_t *cp) {
   tslot_t *slots = mag_tls->slots; /* NULL on tcache_boot and tcache_dead */
-  return slots && cp->id < MAG_CACHE_SLOTS && slots[cp->id].cache == cp ? &slots[cp->id] : NULL;
+  return slots && cp->id < MAG_CACHE_SLOTS && slots[cp->id].cache == cp ? &slots[cp->id].own : NULL;
 }
 
 MAGPIE_EXPORT void *magpie_cache_alloc(magpie_cache_t *cache, int flags) {
   cache_t *cp = (cache_t *)cache;
-  tslot_t *s = cache_slot(cp);
+  town_t *s = cache_slot(cp);
   if (MP_LIKELY(s && s->mags.loaded->n)) {
     STAT_ADD(s->count.allocs, 1);
     return s->mags.loaded->rounds[--s->mags.loaded->n];
@@ -209,7 +209,7 @@ MAGPIE_EXPORT void *magpie_cache_alloc(magpie_cache_t *cache, int flags) {
 
 MAGPIE_EXPORT void magpie_cache_free(magpie_cache_t *cache, void *obj) {
   cache_t *cp = (cache_t *)cache;
-  tslot_t *s = cache_slot(cp);
+  town_t *s = cache_slot(cp);
   mag_t *m = s ? s->mags.loaded : NULL;
   if (MP_LIKELY(m && m->n < m->cap && slab_of(cp, obj))) {
     STAT_ADD(s->count.frees, 1);

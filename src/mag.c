@@ -349,9 +349,9 @@ static void mag_direct_free(cache_t *cp, void *obj) {
   stats_held_add(-(ptrdiff_t)cp->size);
 }
 
-/* One object from the thread's magazines of object cache cp; t NULL: the thread has none
+/* One object from the thread's magazines of object cache cp; s NULL: the thread has none
    (straight to the slab layer). */
-static void *mag_pop(cache_t *cp, tslot_t *s) {
+static void *mag_pop(cache_t *cp, town_t *s) {
   if (!s) return mag_direct_alloc(cp);
   tclass_t *t = &s->mags;
   void *obj = t->loaded->n ? t->loaded->rounds[--t->loaded->n] : mag_alloc_miss(cp, t);
@@ -359,7 +359,7 @@ static void *mag_pop(cache_t *cp, tslot_t *s) {
   return obj;
 }
 
-static void mag_push(cache_t *cp, tslot_t *s, void *obj) {
+static void mag_push(cache_t *cp, town_t *s, void *obj) {
   if (!s) {
     mag_direct_free(cp, obj);
     return;
@@ -447,7 +447,7 @@ void mag_large_count(size_t size, int sign) {
 
 /* ---- object caches ---- */
 
-static tslot_t *mag_slot(tcache_t *tc, cache_t *cp) {
+static town_t *mag_slot(tcache_t *tc, cache_t *cp) {
   if (tc == &tcache_dead || cp->id >= MAG_CACHE_SLOTS) return NULL;
   tslot_t *slots = tc->slots;
   if (!slots) { /* published atomically: mag_cache_drain reads it from other threads */
@@ -457,10 +457,9 @@ static tslot_t *mag_slot(tcache_t *tc, cache_t *cp) {
   tslot_t *s = &slots[cp->id];
   if (s->cache != cp) { /* first use, or the slot of a destroyed cache (already drained) */
     s->cache = cp;
-    s->mags = (tclass_t)TCLASS_EMPTY;
-    s->count = (tcount_t){0, 0};
+    s->own = (town_t){TCLASS_EMPTY, {0, 0}};
   }
-  return s;
+  return &s->own;
 }
 
 void *mag_cache_alloc(cache_t *cp) {
@@ -492,7 +491,7 @@ void mag_cache_drain(cache_t *cp) {
   for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
     tslot_t *slots = __atomic_load_n(&tc->slots, __ATOMIC_ACQUIRE);
     if (slots && slots[cp->id].cache == cp) {
-      mag_give_back(cp, &slots[cp->id].mags);
+      mag_give_back(cp, &slots[cp->id].own.mags);
       slots[cp->id].cache = NULL;
     }
   }
@@ -625,7 +624,7 @@ void mag_thread_exit(void *arg) {
   lock_acquire(&mag_registry_lock);
   if (tc->slots)
     for (unsigned i = 0; i < MAG_CACHE_SLOTS; i++)
-      if (tc->slots[i].cache) mag_give_back(tc->slots[i].cache, &tc->slots[i].mags);
+      if (tc->slots[i].cache) mag_give_back(tc->slots[i].cache, &tc->slots[i].own.mags);
   tc->prev->next = tc->next;
   tc->next->prev = tc->prev;
   mag_threads_live--;

@@ -44,8 +44,7 @@ typedef struct town {
 } town_t;
 
 typedef struct tslot {
-  tclass_t mags;
-  tcount_t count;
+  town_t own;
   cache_t *cache; /* the object cache these magazines belong to, or NULL */
 } tslot_t;
 
