@@ -108,12 +108,11 @@ static void slab_return(cache_t *cp, void **objs, unsigned n) {
   for (unsigned i = 0; i < n; i++) {
     slab_t *s = slab_of(cp, objs[i]);
     uint32_t k = s ? slab_index(cp, s, objs[i]) : 0;
-    const char *what = !s || k >= s->carved           ? "not an object magpie handed out"
-                       : s->map[k / 64] >> k % 64 & 1 ? "already back in its slab"
-                                                      : NULL;
-    if (what) {
+    bool foreign = !s || k >= s->carved;
+    if (foreign || s->map[k / 64] >> k % 64 & 1) {
       lock_release(&cp->slab_lock);
-      report_heap_error(what[0] == 'n' ? "invalid free" : "double free", objs[i], what);
+      if (foreign) report_heap_error("invalid free", objs[i], "not an object magpie handed out");
+      report_heap_error("double free", objs[i], "already back in its slab");
     }
     s->map[k / 64] |= (uint64_t)1 << k % 64;
     s->nfree++;
