@@ -5,6 +5,7 @@
   python3 bench/run.py --quick      every workload, every allocator, small sizes (< 5 min)
   python3 bench/run.py --full       every workload, every allocator, bigger sizes (< 30 min)
   python3 bench/run.py --callgrind  instructions per malloc+free pair under valgrind
+  python3 bench/run.py --scaling    the multi-threaded workloads at 1..16 threads (--threads)
 Filters: --allocators glibc,magpie  --workloads larson,server  (a group or a row name).
 See bench/README.md for the workloads and how to read the output.
 
@@ -54,7 +55,9 @@ MODES = {
     "demo": {"reps": 3, "timeout": 60},
     "quick": {"reps": 3, "timeout": 90},
     "full": {"reps": 5, "timeout": 120},
+    "scaling": {"reps": 3, "timeout": 90},
 }
+SCALING_THREADS = [1, 2, 4, 8, 16]
 
 
 # idle: RSS over live bytes with the threads' stacks (the program's, the same for every allocator)
@@ -82,9 +85,29 @@ class Workload:
         self.extra = extra        # kind-specific settings
 
 
-def plan(mode):
+def scaling_plan(threads):
+    """--scaling: the workloads whose work is a fixed total split between threads, at each thread
+    count, with the quick sizes: time against threads is the scaling curve (flat past the cores,
+    rising where the allocator serialises threads or makes them share cache lines)."""
+    w = []
+    for t in threads:
+        n = "%d thread%s" % (t, "" if t == 1 else "s")
+        w.append(Workload("larson-t%d" % t, "larson", "Larson server, " + n,
+                          ["-t", str(t), "-i", "3000000"]))
+        if t >= 2:  # half the threads allocate, half free
+            w.append(Workload("prodcons-t%d" % t, "prodcons", "producer/consumer, " + n,
+                              ["-t", str(t), "-i", "2000000"]))
+        for m in ("thrash", "scratch"):
+            w.append(Workload("%s-t%d" % (m, t), "falseshare", "cache-%s, %s" % (m, n),
+                              ["-m", m, "-t", str(t), "-i", "400000"]))
+    return w
+
+
+def plan(mode, threads=None):
     """The workload rows for a mode. Sizes are chosen so that a glibc run takes 0.2-1 s in quick
     and a few seconds in full, on the 2-core machine these were tuned on."""
+    if mode == "scaling":
+        return scaling_plan(threads or SCALING_THREADS)
     quick = mode == "quick"
     many = [2, 32] if quick else [2, 8, 32]
     w = []
@@ -993,6 +1016,9 @@ def main():
     g.add_argument("--quick", action="store_const", dest="mode", const="quick")
     g.add_argument("--full", action="store_const", dest="mode", const="full")
     g.add_argument("--callgrind", action="store_const", dest="mode", const="callgrind")
+    g.add_argument("--scaling", action="store_const", dest="mode", const="scaling")
+    ap.add_argument("--threads", help="thread counts for --scaling, comma-separated (default %s)"
+                    % ",".join(map(str, SCALING_THREADS)))
     ap.add_argument("--allocators", help="comma-separated subset of " + ",".join(ALL_ALLOCATORS))
     ap.add_argument("--workloads", help="comma-separated rows or groups (see --list)")
     ap.add_argument("--magpie", help="magpie library to preload (default "
@@ -1015,9 +1041,17 @@ def main():
     mode = args.mode or "quick"
     if args.mode is None:
         print("run.py: no mode given, running --quick (see --help)")
+    try:
+        threads = [int(t) for t in args.threads.split(",")] if args.threads else None
+    except ValueError:
+        print("run.py: --threads takes comma-separated numbers, not %r" % args.threads)
+        return 2
+    if threads and any(t < 1 for t in threads):
+        print("run.py: --threads: every count must be at least 1")
+        return 2
 
     if args.list:
-        for w in plan("quick" if mode == "callgrind" else mode):
+        for w in plan("quick" if mode == "callgrind" else mode, threads):
             print("%-14s %-10s %s" % (w.name, w.group, w.desc))
         return 0
 
@@ -1049,7 +1083,7 @@ def main():
         callgrind(args, allocs, args.out, machine)
         return 0
 
-    rows = plan(mode)
+    rows = plan(mode, threads)
     if args.workloads:
         keys = set(args.workloads.split(","))
         unknown = keys - {w.name for w in rows} - {w.group for w in rows}
