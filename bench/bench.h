@@ -208,13 +208,15 @@ static inline void bench_parse(int argc, char **argv, bench_args_t *a, const cha
 
 /* ---- threads ------------------------------------------------------------------------------ */
 
-/* Starts n threads running fn(arg + i * stride) with the given stack size (0: default). */
+/* Starts n threads running fn(arg + i * stride) with stacks of the given size (0: default);
+   given stacks, thread i runs on stacks + i * stack, memory the caller mapped (to measure it). */
 static inline void bench_spawn(pthread_t *tids, int n, void *(*fn)(void *), void *arg,
-                               size_t stride, size_t stack) {
+                               size_t stride, char *stacks, size_t stack) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
-  if (stack != 0) pthread_attr_setstacksize(&attr, stack);
+  if (stack != 0 && !stacks) pthread_attr_setstacksize(&attr, stack);
   for (int i = 0; i < n; i++) {
+    if (stacks) pthread_attr_setstack(&attr, stacks + (size_t)i * stack, stack);
     int err = pthread_create(&tids[i], &attr, fn, (char *)arg + (size_t)i * stride);
     if (err != 0) bench_die("pthread_create (thread %d of %d): %s", i, n, strerror(err));
   }

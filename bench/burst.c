@@ -135,7 +135,7 @@ int main(int argc, char **argv) {
                       .threads = t, .seed = a.seed * 7919u + (uint64_t)i, .held = &held,
                       .freed = &freed, .done = &done};
   double t0 = bench_now();
-  bench_spawn(tids, t, worker, jobs, sizeof(*jobs), 0);
+  bench_spawn(tids, t, worker, jobs, sizeof(*jobs), NULL, 0);
   pthread_barrier_wait(&held);
   size_t peak = bench_rss();
   pthread_barrier_wait(&freed);

@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
     jobs[i].start = &start;
     if (scratch) jobs[i].given = bench_xmalloc((size_t)a.n);
   }
-  bench_spawn(tids, t, worker, jobs, sizeof(*jobs), 0);
+  bench_spawn(tids, t, worker, jobs, sizeof(*jobs), NULL, 0);
   double t0 = bench_now();
   pthread_barrier_wait(&start);
   bench_join(tids, t);

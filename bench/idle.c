@@ -109,14 +109,7 @@ int main(int argc, char **argv) {
   if (stacks == MAP_FAILED || in_core == NULL) bench_die("no memory for %d stacks", t);
 
   size_t base = bench_rss(); /* before the threads: their start-up costs count */
-  for (int i = 0; i < t; i++) {
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstack(&attr, stacks + (size_t)i * STACK, STACK);
-    int err = pthread_create(&tids[i], &attr, worker, &jobs[i]);
-    if (err != 0) bench_die("pthread_create (thread %d of %d): %s", i, t, strerror(err));
-    pthread_attr_destroy(&attr);
-  }
+  bench_spawn(tids, t, worker, jobs, sizeof(*jobs), stacks, STACK);
   pthread_barrier_wait(&b_started);
   size_t started = bench_rss();
   double t0 = bench_now();

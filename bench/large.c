@@ -214,7 +214,7 @@ int main(int argc, char **argv) {
     jobs[i].seed = a.seed * 1000003u + (uint64_t)i;
   }
   double t0 = bench_now();
-  bench_spawn(tids, t, worker, jobs, sizeof(*jobs), 0);
+  bench_spawn(tids, t, worker, jobs, sizeof(*jobs), NULL, 0);
   bench_join(tids, t);
   double secs = bench_now() - t0;
   double bytes = 0;

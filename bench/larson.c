@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
       w[i].seed = a.seed * 1000003u + (uint64_t)round * 7919u + (uint64_t)i;
       w[i].first = round == 0;
     }
-    bench_spawn(tids, t, worker, w, sizeof(*w), 0);
+    bench_spawn(tids, t, worker, w, sizeof(*w), NULL, 0);
     bench_join(tids, t);
   }
   double secs = bench_now() - t0;

@@ -143,7 +143,7 @@ static double run(int t, long total, magpie_cache_t *cache) {
     jobs[i].count = total / t;
   }
   double t0 = bench_now();
-  bench_spawn(tids, t, worker, jobs, sizeof(*jobs), 0);
+  bench_spawn(tids, t, worker, jobs, sizeof(*jobs), NULL, 0);
   bench_join(tids, t);
   double secs = bench_now() - t0;
   free(jobs);

@@ -145,8 +145,8 @@ int main(int argc, char **argv) {
   }
 
   double t0 = bench_now();
-  bench_spawn(tids, nc, consumer, qs, sizeof(*qs), 0);
-  bench_spawn(tids + nc, np, producer, ps, sizeof(*ps), 0);
+  bench_spawn(tids, nc, consumer, qs, sizeof(*qs), NULL, 0);
+  bench_spawn(tids + nc, np, producer, ps, sizeof(*ps), NULL, 0);
   bench_join(tids, a.threads);
   double secs = bench_now() - t0;
 

@@ -13,9 +13,10 @@
  *   2. Each worker frees all but one block in KEEP_ONE_IN and waits, alive but idle.
  *   3. The main thread idles -w seconds (default 5), then reads RSS.
  * Reported: time (step 1, until the last worker ends it; taken by the workers, so it is not
- * rounded up to the sampler's SAMPLE_MS naps, as it was until 2026-11-22 21:00), peak_ratio and mean_ratio of (RSS - RSS at start) / live bytes
- * during phase 1, after_free (the same ratio just after step 2) and idle_ratio (after step 3),
- * the number that shows whether memory goes back to the OS once a server quiets down.
+ * rounded up to the sampler's SAMPLE_MS naps, as it was until 2026-11-22 21:00), peak_ratio
+ * and mean_ratio of (RSS - RSS at start) / live bytes during phase 1, after_free (the same
+ * ratio just after step 2) and idle_ratio (after step 3), the number that shows whether memory
+ * goes back to the OS once a server quiets down.
  * With -m FILE the samples (phase 1 and the idle period) are written to FILE as CSV: seconds,
  * live bytes, RSS bytes.
  *
@@ -179,7 +180,7 @@ int main(int argc, char **argv) {
   size_t base = bench_rss();
 
   double t0 = bench_now();
-  bench_spawn(tids, t, worker, w, sizeof(*w), 0);
+  bench_spawn(tids, t, worker, w, sizeof(*w), NULL, 0);
   double peak = 0, sum = 0;
   long ns = 0, nsteady = 0;
   while (!all_idle(w, t)) {
