@@ -607,9 +607,9 @@ void mag_flush_self(void) {
   if (tc != &tcache_boot && tc != &tcache_dead) mag_flush(tc);
 }
 
-static void mag_fold(mag_totals_t *sum, const tcache_t *tc) {
+static void mag_fold(mag_totals_t *sum, tcache_t *tc) {
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    const tcount_t *n = tc->cpus ? &tc->cls.cpu[c] : &tc->cls.own[c].count;
+    const tcount_t *n = mag_count(tc, c);
     sum->allocs[c] += STAT_READ(n->allocs);
     sum->frees[c] += STAT_READ(n->frees);
   }
