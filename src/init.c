@@ -58,6 +58,13 @@ static void *heap_remap(void *source, void *addr, size_t old_size, size_t new_si
   return os_remap(addr, old_size, new_size);
 }
 
+/* The free bytes the heap may hold before a free releases a whole span: twice `retain`, which
+   each reap purges down to (cache.c). Between reaps a program that churns big blocks reuses
+   what it freed instead of unmapping and faulting it in again; the reaper bounds how long. */
+static size_t heap_retain(void) {
+  return opt.retain > SIZE_MAX / 2 ? SIZE_MAX : 2 * opt.retain;
+}
+
 void magpie_init(void) {
   if (__atomic_load_n(&init_state, __ATOMIC_ACQUIRE) == INIT_DONE) return;
   int expected = INIT_NONE;
@@ -78,7 +85,7 @@ void magpie_init(void) {
   mag_secret = (uintptr_t)os_random() | 1; /* never 0: a zeroed word must not look freed */
   vmem_init(&heap_arena, "heap", OS_PAGE, heap_import, heap_release, NULL, HEAP_IMPORT,
             SC_SPAN_MAX);
-  heap_arena.retain = opt.retain;
+  heap_arena.retain = heap_retain();
   heap_arena.remap = heap_remap;
   cache_init();
   mag_init();
@@ -106,7 +113,7 @@ __attribute__((constructor)) static void magpie_constructor(void) {
   if (!init_had_environ) {
     init_had_environ = true;
     options_init();
-    heap_arena.retain = opt.retain;
+    heap_arena.retain = heap_retain();
   }
   if (debug_on || (opt.stats != OPT_STATS_OFF && !opt.stats_file[0])) report_keep_stderr();
   pthread_atfork(fork_prepare, fork_parent, fork_child);
