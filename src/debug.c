@@ -38,6 +38,7 @@
 #include "debug.h"
 #include "cache.h"
 #include "debug_impl.h"
+#include "mag.h"
 #include "init.h"
 #include "large.h"
 #include "os.h"
@@ -715,6 +716,7 @@ void *debug_alloc(size_t size, size_t align, int kind, bool zero) {
     return NULL;
   }
   int depth = capture(stack);
+  if (dopt.leaks_unreachable) mag_thread_register(); /* its stack is a root (debug_leaks.c) */
   bool guard = dopt.guards && (dopt.guards_all || size > DEBUG_GUARD_MIN);
   size_t front = dopt.redzone && align <= 16 ? DEBUG_FRONT : 0;
   chunk_t c;

@@ -8,13 +8,17 @@
  *      `audit`) and the groups printed largest first in bytes, with counts and size ranges.
  *   2. leaks=unreachable keeps only blocks that no pointer reaches: a conservative mark from the
  *      roots - the writable segments and this thread's TLS block of every loaded object
- *      (dl_iterate_phdr; magpie's own left out), and this thread's stack from the frame of
- *      debug_at_exit to the top of its mapping (/proc/self/maps); magpie's own frames below it
- *      are left out, as their dead slots hold block addresses. The report is made at exit,
- *      after main returned, so no register holds a program pointer. Then the mark goes on
- *      transitively through the marked blocks. Any aligned word whose value falls inside
- *      a live block (interior pointers included) marks it. Other threads' stacks and registers
- *      are not roots: a block only they point to is reported.
+ *      (dl_iterate_phdr; magpie's own left out), this thread's stack from the frame of
+ *      debug_at_exit to the top of its mapping (/proc/self/maps; magpie's own frames below it
+ *      are left out, as their dead slots hold block addresses), and the whole stack mapping of
+ *      every other live thread that allocated (its tcache keeps an address in it; the top of a
+ *      glibc thread's mapping also holds its descriptor and TLS). The report is made at exit,
+ *      after main returned, so no register of this thread holds a program pointer. Then the
+ *      mark goes on transitively through the marked blocks. Any aligned word whose value falls
+ *      inside a live block (interior pointers included) marks it. Other threads still run:
+ *      their stacks are read as they are (os_read_self, which survives a thread that exits and
+ *      unmaps its stack meanwhile), resident pages only, and their registers are not roots, so
+ *      a block only a register of theirs holds is reported.
  *   3. Memory: the block list, the mark stack and the groups are mapped for the report and
  *      unmapped after it; nothing comes from the heap. Records are collected and marked under
  *      debug_lock; the roots are gathered before it (dl_iterate_phdr takes the loader's lock)
@@ -23,6 +27,7 @@
 #define _GNU_SOURCE
 #include "debug.h"
 #include "debug_impl.h"
+#include "mag.h"
 #include "os.h"
 #include "report.h"
 
@@ -31,6 +36,10 @@
 
 #define LEAK_GROUPS_SHOWN 32 /* stacks printed in full; the rest are summed */
 #define LEAK_ROOTS_MAX 512   /* root ranges: writable segments and TLS blocks */
+#define LEAK_STACKS_MAX 4096 /* other threads' stacks scanned */
+#define LEAK_CHUNK                                                                                 \
+  (64 * OS_PAGE) /* other threads' stacks are copied and read this much at once                    \
+                  */
 
 typedef struct range {
   uintptr_t lo, hi;
@@ -50,6 +59,22 @@ static int nroots;
 
 static void add_root(uintptr_t lo, uintptr_t hi) {
   if (nroots < LEAK_ROOTS_MAX && hi > lo) roots[nroots++] = (range_t){lo, hi};
+}
+
+/* Other threads' stacks: an address in each (mag_thread_stacks), then its mapping. */
+static uintptr_t stack_at[LEAK_STACKS_MAX], stack_lo[LEAK_STACKS_MAX], stack_hi[LEAK_STACKS_MAX];
+static size_t nstacks;
+static uintptr_t *stack_copy; /* LEAK_CHUNK bytes, mapped for the report */
+
+static void find_thread_stacks(void) {
+  nstacks = mag_thread_stacks(stack_at, LEAK_STACKS_MAX);
+  os_mappings(stack_at, nstacks, stack_lo, stack_hi);
+  stack_copy = nstacks ? os_map(LEAK_CHUNK) : NULL;
+}
+
+static void release_stack_copy(void) {
+  if (stack_copy) os_unmap(stack_copy, LEAK_CHUNK);
+  stack_copy = NULL;
 }
 
 static int root_step(struct dl_phdr_info *info, size_t size, void *self) {
@@ -154,8 +179,19 @@ static void mark_range(marker_t *m, uintptr_t lo, uintptr_t hi) {
 
 /* The program's part of this thread's stack: from `from` to the top of its mapping. */
 static void mark_stack(marker_t *m, uintptr_t from) {
-  uintptr_t top = os_stack_top(from);
+  uintptr_t lo, top;
+  os_mappings(&from, 1, &lo, &top);
   if (top) mark_range(m, from, top);
+}
+
+/* Another thread's stack, [lo, hi): its resident pages, copied first (it may exit meanwhile). */
+static void mark_other_stack(marker_t *m, uintptr_t lo, uintptr_t hi) {
+  for (uintptr_t a = lo; a < hi && stack_copy; a += LEAK_CHUNK) {
+    size_t len = hi - a < LEAK_CHUNK ? hi - a : LEAK_CHUNK;
+    if (!os_resident(a, len)) continue;
+    size_t got = os_read_self(stack_copy, a, len);
+    mark_range(m, (uintptr_t)stack_copy, (uintptr_t)stack_copy + got);
+  }
 }
 
 static void mark_all(marker_t *m, uintptr_t stack_from) {
@@ -170,6 +206,8 @@ static void mark_all(marker_t *m, uintptr_t stack_from) {
   for (int i = 0; i < nroots; i++)
     mark_range(m, roots[i].lo, roots[i].hi);
   mark_stack(m, stack_from);
+  for (size_t i = 0; i < nstacks; i++)
+    mark_other_stack(m, stack_lo[i], stack_hi[i]);
   while (m->top > 0) {
     drec_t *r = m->stack[--m->top];
     mark_range(m, r->user, r->user + r->size);
@@ -198,12 +236,17 @@ static void put_line_start(report_buf_t *b, const group_t *g) {
 
 void debug_leaks_report(uintptr_t stack_from) {
   nroots = 0;
-  if (dopt.leaks_unreachable) dl_iterate_phdr(root_step, (void *)(uintptr_t)debug_leaks_report);
+  nstacks = 0;
+  if (dopt.leaks_unreachable) {
+    dl_iterate_phdr(root_step, (void *)(uintptr_t)debug_leaks_report);
+    find_thread_stacks();
+  }
   lock_acquire(&debug_lock);
   size_t n = debug_live, map_bytes = (2 * n + 1) * sizeof(drec_t *);
   drec_t **blocks = os_map(map_bytes);
   if (!blocks) {
     lock_release(&debug_lock);
+    release_stack_copy();
     report_warning("leak report: ", "no memory for the block list");
     return;
   }
@@ -253,6 +296,7 @@ void debug_leaks_report(uintptr_t stack_from) {
   }
   lock_release(&debug_lock);
   os_unmap(blocks, map_bytes);
+  release_stack_copy();
 
   report_buf_t b = {.len = 0};
   report_str(&b, "magpie: leak report: ");

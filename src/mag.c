@@ -164,6 +164,7 @@ static tcache_t *mag_thread_start(void) {
   for (unsigned c = 0; c <= SC_COUNT && !cpus; c++)
     tc->cls.own[c].mags = (tclass_t)TCLASS_EMPTY;
   tc->sample_left = sample_countdown();
+  tc->stack = (uintptr_t)__builtin_frame_address(0);
   tc->next = mag_registry.next;
   tc->prev = &mag_registry;
   mag_registry.next->prev = tc;
@@ -643,6 +644,19 @@ void mag_totals(mag_totals_t *out) {
     out->threads_live++;
   }
   lock_release(&mag_registry_lock);
+}
+
+void mag_thread_register(void) {
+  (void)mag_self();
+}
+
+size_t mag_thread_stacks(uintptr_t *out, size_t max) {
+  size_t n = 0;
+  lock_acquire(&mag_registry_lock);
+  for (tcache_t *tc = mag_registry.next; tc != &mag_registry && n < max; tc = tc->next)
+    if (tc != mag_tls) out[n++] = tc->stack;
+  lock_release(&mag_registry_lock);
+  return n;
 }
 
 void mag_fork_prepare(void) {

@@ -63,6 +63,7 @@ typedef struct tcache {
   uint32_t misses_seen;         /* misses at the last mag_reclaim_idle (lock) */
   bool parked;                  /* mag_reclaim_idle holds its loaded magazines in prev (lock) */
   tslot_t *slots;               /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
+  uintptr_t stack;              /* an address in the owner's stack (leak reports' roots) */
   struct tcache *next, *prev;   /* the registry of live thread caches (mag_registry_lock) */
   union {                       /* malloc's size classes; [0] is never used */
     town_t own[SC_COUNT + 1];   /* cpus NULL */
@@ -119,6 +120,12 @@ typedef struct {
   uint64_t threads_live, threads_ever;
 } mag_totals_t;
 void mag_totals(mag_totals_t *out);
+/* An address in the stack of each live thread with a cache but the caller, at most max of
+   them; returns how many. */
+size_t mag_thread_stacks(uintptr_t *out, size_t max);
+/* Gives the calling thread its cache now, if it has none yet: debug mode, whose blocks bypass
+   the magazines, so enters its threads in the registry that mag_thread_stacks reads. */
+void mag_thread_register(void);
 
 void mag_fork_prepare(void);
 void mag_fork_parent(void);

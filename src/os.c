@@ -35,6 +35,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <string.h>
 #include <unistd.h>
@@ -295,12 +296,13 @@ static uintptr_t parse_hex(const char **s) {
   }
 }
 
-uintptr_t os_stack_top(uintptr_t sp) {
+void os_mappings(const uintptr_t *addr, size_t count, uintptr_t *lo_out, uintptr_t *hi_out) {
+  for (size_t i = 0; i < count; i++)
+    lo_out[i] = hi_out[i] = 0;
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
+  if (fd < 0) return;
   char buf[4096];
   size_t have = 0;
-  uintptr_t top = 0;
   for (;;) {
     ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
     if (n <= 0) break;
@@ -311,7 +313,11 @@ uintptr_t os_stack_top(uintptr_t sp) {
       const char *s = line;
       uintptr_t lo = parse_hex(&s), hi = 0;
       if (*s == '-') s++, hi = parse_hex(&s);
-      if (sp >= lo && sp < hi) top = hi;
+      for (size_t i = 0; i < count; i++)
+        if (addr[i] >= lo && addr[i] < hi) {
+          lo_out[i] = lo;
+          hi_out[i] = hi;
+        }
       line = nl + 1;
     }
     have -= (size_t)(line - buf);
@@ -319,7 +325,22 @@ uintptr_t os_stack_top(uintptr_t sp) {
     if (have == sizeof buf - 1) have = 0; /* a line longer than the buffer: drop it */
   }
   close(fd);
-  return top;
+}
+
+bool os_resident(uintptr_t addr, size_t len) {
+  unsigned char vec[65];
+  uintptr_t start = addr & ~(OS_PAGE - 1);
+  size_t pages = (addr + len - start + OS_PAGE - 1) / OS_PAGE;
+  if (pages > sizeof vec || mincore((void *)start, addr + len - start, vec) != 0) return false;
+  for (size_t i = 0; i < pages; i++)
+    if (vec[i] & 1) return true;
+  return false;
+}
+
+size_t os_read_self(void *dst, uintptr_t src, size_t len) {
+  struct iovec local = {dst, len}, remote = {(void *)src, len};
+  ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+  return n > 0 ? (size_t)n : 0;
 }
 
 uint32_t os_thread_id(void) {

@@ -49,8 +49,14 @@ int os_dup(int fd); /* a close-on-exec copy numbered 3 or more; -1 on failure */
 bool os_file_id(int fd, uint64_t id[2]);
 int os_getpid(void);
 size_t os_rss_bytes(void);
-/* The end of the mapping holding sp (the top of that thread's stack); 0 if not found. */
-uintptr_t os_stack_top(uintptr_t sp);
+/* The mappings holding addr[0..n), [lo[i], hi[i]) (for a stack: its top is hi[i]), in one
+   read of /proc/self/maps; both 0 where no mapping holds addr[i]. */
+void os_mappings(const uintptr_t *addr, size_t n, uintptr_t *lo, uintptr_t *hi);
+/* Whether any page of [addr, addr + len) is resident; len at most 64 pages. */
+bool os_resident(uintptr_t addr, size_t len);
+/* Copies len bytes at src into dst without faulting on memory that is gone (another thread's
+   stack, unmapped as it exits): the bytes copied, 0 where src is no longer mapped. */
+size_t os_read_self(void *dst, uintptr_t src, size_t len);
 uint32_t os_thread_id(void); /* the kernel's id of the calling thread */
 
 /* A read-only private mapping of a whole file (for symbolising); NULL on failure. */

@@ -1,11 +1,15 @@
 /*
  * Known leaks for debug mode's leak report: 10 blocks of 48 bytes from leak_small, 3 blocks of
- * 5000 bytes from leak_big (both unreachable), and one block of 777 bytes from keep_global that a
- * global still points to (reported by `leaks`, left out by `leaks=unreachable`).
+ * 5000 bytes from leak_big (both unreachable), one block of 777 bytes from keep_global that a
+ * global still points to, and one of 333 bytes from held_by_thread that only the stack of a
+ * thread still blocked at exit points to (both reported by `leaks`, left out by
+ * `leaks=unreachable`).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NOINLINE __attribute__((noinline))
 
@@ -29,6 +33,29 @@ NOINLINE void keep_global(void) {
   kept_by_global = malloc(777);
 }
 
+NOINLINE void *held_by_thread(void) {
+  char *p = malloc(333);
+  p[0] = 1;
+  return p;
+}
+
+static pthread_mutex_t holder_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t holder_ready = PTHREAD_COND_INITIALIZER;
+static int holder_has_block;
+
+/* Keeps its block's address in its own stack frame only, and never returns. */
+static void *holder(void *arg) {
+  (void)arg;
+  void *volatile mine = held_by_thread();
+  pthread_mutex_lock(&holder_lock);
+  holder_has_block = 1;
+  pthread_cond_signal(&holder_ready);
+  pthread_mutex_unlock(&holder_lock);
+  for (;;)
+    pause();
+  return mine;
+}
+
 /* Overwrites the dead stack below main, where the leaked pointers were. */
 NOINLINE void scrub_stack(void) {
   volatile char junk[16384];
@@ -41,6 +68,12 @@ int main(void) {
   keep_global();
   void *freed = malloc(100); /* freed: never reported */
   free(freed);
+  pthread_t t;
+  if (pthread_create(&t, NULL, holder, NULL) != 0) return 2;
+  pthread_mutex_lock(&holder_lock);
+  while (!holder_has_block)
+    pthread_cond_wait(&holder_ready, &holder_lock);
+  pthread_mutex_unlock(&holder_lock);
   scrub_stack();
   printf("leaks done\n");
   return 0;
