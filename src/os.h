@@ -55,7 +55,8 @@ void os_mappings(const uintptr_t *addr, size_t n, uintptr_t *lo, uintptr_t *hi);
 /* Whether any page of [addr, addr + len) is resident; len at most 64 pages. */
 bool os_resident(uintptr_t addr, size_t len);
 /* Copies len bytes at src into dst without faulting on memory that is gone (another thread's
-   stack, unmapped as it exits): the bytes copied, 0 where src is no longer mapped. */
+   stack, unmapped as it exits): the bytes copied, 0 where src is no longer mapped. Where a
+   sandbox forbids process_vm_readv, a plain copy (the caller checked the pages are there). */
 size_t os_read_self(void *dst, uintptr_t src, size_t len);
 uint32_t os_thread_id(void); /* the kernel's id of the calling thread */
 
