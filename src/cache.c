@@ -42,9 +42,8 @@
 #include <errno.h>
 #include <string.h>
 
-#define MAG_BYTES_MAX ((size_t)256 << 10) /* magazine growth stops here */
-#define MAG_ROUNDS_START 32u              /* but no more than MAG_BYTES_MAX of objects */
-#define MAG_ROUNDS_MAX 256u
+#define MAG_BYTES_MAX ((size_t)256 << 10)   /* magazine growth stops here */
+#define MAG_ROUNDS_START 32u                /* but no more than MAG_BYTES_MAX of objects */
 #define OBJECT_SIZE_MAX ((size_t)1 << 20)   /* object caches: spans of 8 such objects are 8 MiB */
 #define OBJECT_ALIGN_MAX ((size_t)64 << 10) /* spans are aligned to at least this */
 
@@ -83,9 +82,9 @@ static void cache_setup(cache_t *cp, const char *name, size_t stride, uintptr_t 
   cp->per_slab = (uint32_t)(cp->span / stride);
   cp->tag = tag;
   lock_init(&cp->slab_lock);
-  uint32_t start = opt.mag_rounds ? clamp_rounds(opt.mag_rounds, 1, MAG_ROUNDS_MAX)
+  uint32_t start = opt.mag_rounds ? clamp_rounds(opt.mag_rounds, 1, MAG_CAP_MAX)
                                   : clamp_rounds(MAG_BYTES_MAX / stride, 2, MAG_ROUNDS_START);
-  depot_init(cp, start, clamp_rounds(MAG_BYTES_MAX / stride, start, MAG_ROUNDS_MAX));
+  depot_init(cp, start, clamp_rounds(MAG_BYTES_MAX / stride, start, MAG_CAP_MAX));
 }
 
 void cache_init(void) {

@@ -38,7 +38,7 @@
 #define DEPOT_HOT_EXCHANGES 64                 /* a power of two */
 #define DEPOT_HOT_NS 10000000u                 /* 10 ms: 6,400 exchanges a second */
 #define DEPOT_HOT_ROUNDS 32 /* a hot depot grows magazines smaller than this, no further */
-#define MAG_POOLS 9         /* magazine capacities 1, 2, 4, ..., 256 */
+#define MAG_POOLS 9         /* magazine capacities 1, 2, 4, ..., MAG_CAP_MAX */
 
 mag_t mag_empty = {0, 0, 0, NULL};
 
@@ -48,6 +48,8 @@ static meta_pool_t mag_pools[MAG_POOLS] = {
     MAG_POOL(5), MAG_POOL(6), MAG_POOL(7), MAG_POOL(8),
 #undef MAG_POOL
 };
+
+_Static_assert(MAG_CAP_MAX == 1u << (MAG_POOLS - 1), "one pool per magazine capacity");
 
 static unsigned mag_pool_index(uint32_t cap) {
   return (unsigned)__builtin_ctz(cap);

@@ -4,6 +4,8 @@
 
 #include "cache.h"
 
+#define MAG_CAP_MAX 256u /* the largest magazine depot_mag_new makes */
+
 extern mag_t mag_empty; /* the sentinel: no rounds, no room, never on a depot list */
 
 void depot_init(cache_t *cp, uint32_t cap, uint32_t cap_max);
@@ -12,7 +14,8 @@ mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give);
 /* An empty magazine in exchange for `give` (a full one); NULL (nothing kept) if none can be made.
  */
 mag_t *depot_free_exchange(cache_t *cp, mag_t *give);
-/* A new empty magazine of cap rounds (a power of two up to 256), NULL when out of memory. */
+/* A new empty magazine of cap rounds (a power of two up to MAG_CAP_MAX), NULL when out of
+   memory. */
 mag_t *depot_mag_new(uint32_t cap);
 /* The size of the magazines the depot makes now (read without its lock). */
 uint32_t depot_cap(cache_t *cp);

@@ -25,7 +25,10 @@
  *      But threads that take turns on a CPU get neighbouring objects from its magazines, which
  *      share cache lines once the threads run apart (thrash-t2 ran 3x slower on a busy machine):
  *      so the first percpu_threads threads (twice the CPUs) keep magazines of their own, which
- *      hand out line-aligned runs (theory 8), and only the threads beyond share the CPUs'.
+ *      hand out line-aligned runs (theory 8), and only the threads beyond share the CPUs'. For
+ *      those, a CPU's refill from the slab layer is dealt out a line at a time (one block of
+ *      each line before a second of any; mag_spread_lines), and its first refill of a class
+ *      of blocks smaller than a line covers MAG_SPREAD_RUNS lines, not one.
  *   4. Per thread: only the owner works on its loaded magazines, without locks (the reaper
  *      only takes them away, theory 5). Others read its
  *      counters for statistics (see STAT_ADD in mag.h) and, under mag_registry_lock, take an
@@ -186,22 +189,48 @@ static tcache_t *mag_self(void) {
   return tc == &tcache_boot ? mag_thread_start() : tc;
 }
 
+#define MAG_SPREAD_RUNS 8 /* line-aligned runs in a CPU's first refill of a small class */
+
 /* A thread's first refill of a class: the objects of one cache line's worth of a line-aligned
    run (4 of 16 or 48 bytes, 2 of 32, 1 of 64 or more). Slabs are carved in order, so refills of
    whole runs never give two threads parts of one line: with single-object first refills, two
-   threads' first 16-byte blocks shared a line and thrash-t2 ran 3.7x slower. */
-static uint32_t mag_fill_start(const cache_t *cp) {
+   threads' first 16-byte blocks shared a line and thrash-t2 ran 3.7x slower. A CPU's first
+   refill of a class of blocks smaller than a line takes MAG_SPREAD_RUNS such runs, which
+   mag_spread_lines deals out a line at a time to the threads taking turns on it (theory 3). */
+static uint32_t mag_fill_start(const cache_t *cp, bool cpu) {
   size_t low = cp->size & -cp->size; /* sizes are multiples of 16 */
-  return low >= OS_LINE ? 1 : (uint32_t)(OS_LINE / low);
+  uint32_t run = low >= OS_LINE ? 1 : (uint32_t)(OS_LINE / low);
+  return cpu && cp->size < OS_LINE ? MAG_SPREAD_RUNS * run : run;
+}
+
+/* Orders the n rounds of a CPU's magazine, as the slab layer gave them (lowest address first),
+   so that pops, from the top, take one block of each cache line before a second of any:
+   threads taking turns on the CPU then hold blocks of different lines (theory 3). */
+static void mag_spread_lines(void **rounds, uint32_t n) {
+  void *spread[MAG_CAP_MAX];
+  uint8_t rank[MAG_CAP_MAX]; /* blocks before this one in its line (lines hold at most 4) */
+  uint8_t ranks = 1;
+  for (uint32_t i = 0; i < n; i++) {
+    bool same = i > 0 && (uintptr_t)rounds[i] / OS_LINE == (uintptr_t)rounds[i - 1] / OS_LINE;
+    rank[i] = same ? (uint8_t)(rank[i - 1] + 1) : 0;
+    if (rank[i] >= ranks) ranks = (uint8_t)(rank[i] + 1);
+  }
+  if (ranks == 1) return; /* one block a line already */
+  uint32_t top = n;
+  for (uint8_t r = 0; r < ranks; r++)
+    for (uint32_t i = 0; i < n; i++)
+      if (rank[i] == r) spread[--top] = rounds[i];
+  memcpy(rounds, spread, n * sizeof *rounds);
 }
 
 /* Fills the empty magazine p from the slab layer (slow start), or a new one for the sentinel
    or a full-size one for an outgrown one; returns the magazine now in p's place, which holds
-   rounds unless memory ran out. */
-static mag_t *mag_slab_fill(cache_t *cp, mag_t *p) {
+   rounds unless memory ran out. A CPU's (cpu) starts bigger for blocks smaller than a line,
+   and its rounds are spread over cache lines (theory 3). */
+static mag_t *mag_slab_fill(cache_t *cp, mag_t *p, bool cpu) {
   bool first_fill = p == &mag_empty;
   if (first_fill) { /* a first magazine as small as the first refill */
-    mag_t *first = depot_mag_new(mag_fill_start(cp));
+    mag_t *first = depot_mag_new(mag_fill_start(cp, cpu));
     if (!first) return p;
     p = first;
   } else if (p->fill > p->cap && p->cap < depot_cap(cp)) { /* outgrown: a full-size one */
@@ -212,9 +241,10 @@ static mag_t *mag_slab_fill(cache_t *cp, mag_t *p) {
       p = big;
     }
   }
-  uint32_t fill = p->fill ? p->fill : mag_fill_start(cp);
+  uint32_t fill = p->fill ? p->fill : mag_fill_start(cp, cpu);
   fill = fill < p->cap ? fill : p->cap;
   p->n = slab_alloc(cp, p->rounds, fill, first_fill);
+  if (cpu) mag_spread_lines(p->rounds, p->n);
   if (p->n) p->fill = 2 * fill; /* slow start: a thread that keeps missing gets more */
   stats_held_add((ptrdiff_t)(p->n * cp->size));
   return p;
@@ -227,11 +257,11 @@ static mag_t *mag_slab_fill(cache_t *cp, mag_t *p) {
  * layer - which then becomes the loaded one, and the loaded one the previous: a CPU's loaded
  * magazine, which its sequences use without the lock, is never written here.
  */
-static void *mag_alloc_refill(cache_t *cp, tclass_t *t) {
+static void *mag_alloc_refill(cache_t *cp, tclass_t *t, bool cpu) {
   mag_t *p = t->prev;
   if (p->n == 0) {
     mag_t *full = depot_alloc_exchange(cp, p);
-    t->prev = p = full ? full : mag_slab_fill(cp, p);
+    t->prev = p = full ? full : mag_slab_fill(cp, p, cpu);
     if (full) stats_held_add((ptrdiff_t)(p->n * cp->size));
     if (p->n == 0) return NULL;
   }
@@ -277,7 +307,7 @@ static lock_t *mag_miss_begin(cache_t *cp) {
 
 static void *mag_alloc_miss(cache_t *cp, tclass_t *t) {
   lock_t *held = mag_miss_begin(cp);
-  void *obj = mag_alloc_refill(cp, t);
+  void *obj = mag_alloc_refill(cp, t, false);
   if (held) lock_release(held);
   return obj;
 }
@@ -320,7 +350,7 @@ static void *mag_cpu_alloc(cache_t *cp, unsigned c) {
   unsigned cpu;
   mag_cpu_t *mc = mag_cpu_lock(&cpu);
   tclass_t t = mc->cls[c];
-  void *obj = mag_alloc_refill(cp, &t);
+  void *obj = mag_alloc_refill(cp, &t, true);
   mag_cpu_install(mc, cpu, c, &t);
   lock_release(&mc->lock);
   return obj;

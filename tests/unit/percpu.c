@@ -8,7 +8,9 @@
  *     everything is freed and trimmed, no slab is left);
  *   - every allocation and free is counted, in the workers' counts-only tcaches;
  *   - the reaper leaves a CPU's magazines alone while the CPU misses, and takes both of them,
- *     the loaded one too (fenced with membarrier), once it has been quiet for an interval.
+ *     the loaded one too (fenced with membarrier), once it has been quiet for an interval;
+ *   - a CPU's first refill of 16-byte blocks hands out one block of each cache line before a
+ *     second of any, so threads taking turns on the CPU do not share lines.
  * Exits 77 (skipped) where glibc registered no rseq area.
  */
 #define _GNU_SOURCE
@@ -87,6 +89,27 @@ static void *quiet_user(void *arg) {
   return NULL;
 }
 
+/* Stays on its CPU, allocates SPREAD_BLOCKS 16-byte blocks there and checks that no two share
+   a cache line. */
+#define SPREAD_BLOCKS 8
+static void *line_user(void *arg) {
+  (void)arg;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(sched_getcpu(), &set);
+  UCHECK(pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0);
+  void *b[SPREAD_BLOCKS];
+  for (int i = 0; i < SPREAD_BLOCKS; i++)
+    UCHECK((b[i] = magpie_malloc(16)) != NULL);
+  UCHECK(mag_tls->cpus != NULL);
+  for (int i = 0; i < SPREAD_BLOCKS; i++)
+    for (int j = 0; j < i; j++)
+      UCHECK((uintptr_t)b[i] / OS_LINE != (uintptr_t)b[j] / OS_LINE);
+  for (int i = 0; i < SPREAD_BLOCKS; i++)
+    magpie_free(b[i]);
+  return NULL;
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   unit_options(argv, "reaper=0,percpu_threads=1"); /* every thread but the first */
@@ -133,6 +156,14 @@ int main(int argc, char **argv) {
   mag_reclaim_idle(); /* quiet since: both magazines of every CPU go to the depot */
   depot_reap(qc, true);
   UCHECK(objects_out(qc) == 0);
+
+  /* 3. a CPU's first refill of a small class, after trim emptied every CPU's magazines (the
+     loaded ones only where the fence works), deals its blocks out a line at a time */
+  magpie_trim();
+  if (os_fence_rseq_register()) {
+    UCHECK(pthread_create(&q, NULL, line_user, NULL) == 0);
+    UCHECK(pthread_join(q, NULL) == 0);
+  }
   printf("percpu: ok (%d workers moved between CPUs, %d operations each)\n", WORKERS, OPS);
   return 0;
 }
