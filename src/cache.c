@@ -6,12 +6,13 @@
  *   1. A cache is a slab layer plus a depot (cache.h). malloc's 72 size classes are static
  *      caches without constructors; magpie_cache_create makes object caches with them, whose
  *      slabs carry PM_TAG_CACHE in the page map so free() refuses their objects.
- *   2. Magazine size: a cache starts with magazines of MAG_ROUNDS_START rounds (fewer where
- *      that would hold more than MAG_BYTES_MAX of objects, at least 2), and its depot may
- *      double them under contention up to MAG_BYTES_MAX (at most 256 rounds). Slow start (mag.c
- *      theory 8) keeps a thread that uses a class a little from reserving a magazine's worth;
- *      32 rounds keep one that churns batches of a few dozen blocks a class off the depot and
- *      its loaded and previous magazines from trading places every batch (docs/design.md).
+ *   2. Magazine size: a cache starts with magazines of about MAG_BYTES_START of objects, 32..64
+ *      rounds (64 up to 128-byte blocks, 32 above; fewer where 32 would hold more than
+ *      MAG_BYTES_MAX, at least 2), and its depot may double them under contention up to
+ *      MAG_BYTES_MAX (at most 256 rounds). Slow start (mag.c theory 8) keeps a thread that uses
+ *      a class a little from reserving a magazine's worth; 32 rounds and more keep one that
+ *      churns batches of a few dozen blocks a class off the depot and its loaded and previous
+ *      magazines from trading places every batch (docs/design.md).
  *   3. Reaping: at most once per reap_ms, each depot returns the magazines its working set did
  *      not need to the slabs (empty slabs go to the arena) and the arena purges its dirty pages
  *      above `retain`. Until the heap maps REAPER_START_BYTES, the first slow path to notice
@@ -42,8 +43,8 @@
 #include <errno.h>
 #include <string.h>
 
-#define MAG_BYTES_MAX ((size_t)256 << 10)   /* magazine growth stops here */
-#define MAG_ROUNDS_START 32u                /* but no more than MAG_BYTES_MAX of objects */
+#define MAG_BYTES_START ((size_t)8 << 10)   /* objects in a first magazine, in 32..64 rounds */
+#define MAG_BYTES_MAX ((size_t)256 << 10)   /* but no more than this (2 rounds at least) */
 #define OBJECT_SIZE_MAX ((size_t)1 << 20)   /* object caches: spans of 8 such objects are 8 MiB */
 #define OBJECT_ALIGN_MAX ((size_t)64 << 10) /* spans are aligned to at least this */
 
@@ -82,8 +83,9 @@ static void cache_setup(cache_t *cp, const char *name, size_t stride, uintptr_t 
   cp->per_slab = (uint32_t)(cp->span / stride);
   cp->tag = tag;
   lock_init(&cp->slab_lock);
-  uint32_t start = opt.mag_rounds ? clamp_rounds(opt.mag_rounds, 1, MAG_CAP_MAX)
-                                  : clamp_rounds(MAG_BYTES_MAX / stride, 2, MAG_ROUNDS_START);
+  uint32_t start = clamp_rounds(MAG_BYTES_START / stride, 32, 64);
+  start = clamp_rounds(MAG_BYTES_MAX / stride, 2, start);
+  if (opt.mag_rounds) start = clamp_rounds(opt.mag_rounds, 1, MAG_CAP_MAX);
   depot_init(cp, start, clamp_rounds(MAG_BYTES_MAX / stride, start, MAG_CAP_MAX));
 }
 
