@@ -45,9 +45,12 @@
  *      sentinel. A marked one gets them back. Without membarrier (or under ThreadSanitizer)
  *      only the previous magazines are taken.
  *   6. Thread exit: a pthread key destructor gives the thread's magazines to the depots, folds
- *      its counters into mag_exited and switches the thread to tcache_dead, whose misses go
+ *      its counters into mag_folded and switches the thread to tcache_dead, whose misses go
  *      straight to the slab layer for whatever the rest of thread teardown allocates.
- *   7. Counting: each thread counts its own allocations and frees, in either mode. Held bytes
+ *   7. Counting: each thread counts its own allocations and frees, in either mode: 64-bit
+ *      counts beside its own magazines; 32-bit ones for a thread on per-CPU magazines (half
+ *      the tcache of each of hundreds of threads), moved into mag_folded by the owner when the
+ *      top bit of one is set, under the registry lock, so no count wraps. Held bytes
  *      (objects out of the slab layer, in magazines or live) are counted at each magazine
  *      movement, a close upper bound of live bytes kept without any fast-path cost.
  *   8. Slow start: a magazine refilled from the slab layer takes one cache line's worth of
@@ -107,7 +110,9 @@ static meta_pool_t tcache_cpu_pool = META_POOL(META_LINES(TCACHE_CPU_SIZE)); /* 
 static pthread_key_t mag_key;
 static lock_t mag_registry_lock = LOCK_INIT;
 static tcache_t mag_registry = {.next = &mag_registry, .prev = &mag_registry};
-static mag_totals_t mag_exited;   /* counters of exited threads (mag_registry_lock) */
+/* Counts of exited threads, and those folded out of live threads' 32-bit per-CPU-layout counts
+   (mag_registry_lock). */
+static mag_totals_t mag_folded;
 static unsigned mag_threads_live; /* threads with a tcache (mag_registry_lock) */
 
 static mag_cpu_t *mag_cpu(unsigned cpu) {
@@ -172,16 +177,32 @@ static tcache_t *mag_thread_start(void) {
   tc->prev = &mag_registry;
   mag_registry.next->prev = tc;
   mag_registry.next = tc;
-  mag_exited.threads_ever++;
+  mag_folded.threads_ever++;
   lock_release(&mag_registry_lock);
   mag_tls = tc; /* before pthread_setspecific, which may allocate */
   pthread_setspecific(mag_key, tc);
   return tc;
 }
 
-/* The counts of class c in tc's layout (mag.h). */
-static tcount_t *mag_count(tcache_t *tc, unsigned c) {
-  return tc->cpus ? &tc->cls.cpu[c] : &tc->cls.own[c].count;
+/* Counts an operation of class c that the fast path did not count (a miss), in tc's layout. */
+static void mag_count_miss(tcache_t *tc, unsigned c, bool alloc) {
+  if (tc == &tcache_dead) return; /* shared: its counts stay untouched */
+  if (tc->cpus)
+    fast_count_cpu(tc, c, alloc ? &tc->cls.cpu[c].allocs : &tc->cls.cpu[c].frees);
+  else if (alloc)
+    STAT_ADD(tc->cls.own[c].count.allocs, 1);
+  else
+    STAT_ADD(tc->cls.own[c].count.frees, 1);
+}
+
+void mag_count_fold(tcache_t *tc, unsigned c) {
+  tcount_cpu_t *n = &tc->cls.cpu[c];
+  lock_acquire(&mag_registry_lock);
+  mag_folded.allocs[c] += STAT_READ(n->allocs);
+  mag_folded.frees[c] += STAT_READ(n->frees);
+  __atomic_store_n(&n->allocs, 0, __ATOMIC_RELAXED); /* only the owner writes them */
+  __atomic_store_n(&n->frees, 0, __ATOMIC_RELAXED);
+  lock_release(&mag_registry_lock);
 }
 
 static tcache_t *mag_self(void) {
@@ -434,7 +455,7 @@ void *mag_malloc(unsigned c, size_t size) {
       errno = ENOMEM;
       return NULL;
     }
-    if (tc != &tcache_dead) STAT_ADD(mag_count(tc, c)->allocs, 1);
+    mag_count_miss(tc, c, true);
   }
   *(uintptr_t *)p = 0;
   if (tc != &tcache_dead) STAT_ADD(tc->bytes_requested, size);
@@ -450,7 +471,7 @@ void mag_free(unsigned c, void *p) {
   *(uintptr_t *)p = a ^ mag_secret;
   tcache_t *tc = mag_self();
   if (fast_push(tc, c, p)) return; /* counted */
-  if (tc != &tcache_dead) STAT_ADD(mag_count(tc, c)->frees, 1);
+  mag_count_miss(tc, c, false);
   if (!mag_free_miss_class(tc, c, p)) mag_direct_free(&malloc_caches[c], p);
 }
 
@@ -640,9 +661,13 @@ void mag_flush_self(void) {
 
 static void mag_fold(mag_totals_t *sum, tcache_t *tc) {
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    const tcount_t *n = mag_count(tc, c);
-    sum->allocs[c] += STAT_READ(n->allocs);
-    sum->frees[c] += STAT_READ(n->frees);
+    if (tc->cpus) {
+      sum->allocs[c] += STAT_READ(tc->cls.cpu[c].allocs);
+      sum->frees[c] += STAT_READ(tc->cls.cpu[c].frees);
+    } else {
+      sum->allocs[c] += STAT_READ(tc->cls.own[c].count.allocs);
+      sum->frees[c] += STAT_READ(tc->cls.own[c].count.frees);
+    }
   }
   sum->bytes_requested += STAT_READ(tc->bytes_requested);
   sum->large_allocs += STAT_READ(tc->large_allocs);
@@ -659,7 +684,7 @@ void mag_thread_exit(void *arg) {
   tc->prev->next = tc->next;
   tc->next->prev = tc->prev;
   mag_threads_live--;
-  mag_fold(&mag_exited, tc);
+  mag_fold(&mag_folded, tc);
   lock_release(&mag_registry_lock);
   if (tc->slots) os_unmap(tc->slots, MAG_CACHE_SLOTS * sizeof(tslot_t));
   mag_tls = &tcache_dead;
@@ -668,7 +693,7 @@ void mag_thread_exit(void *arg) {
 
 void mag_totals(mag_totals_t *out) {
   lock_acquire(&mag_registry_lock);
-  *out = mag_exited;
+  *out = mag_folded;
   for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
     mag_fold(out, tc);
     out->threads_live++;
@@ -712,7 +737,7 @@ bool mag_fork_child(void) {
   for (tcache_t *tc = mag_registry.next, *next; tc != &mag_registry; tc = next) {
     next = tc->next;
     if (tc != self) {
-      mag_fold(&mag_exited, tc);
+      mag_fold(&mag_folded, tc);
       others = true;
     }
   }

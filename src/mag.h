@@ -36,6 +36,14 @@ typedef struct tcount {
   uint64_t frees;
 } tcount_t;
 
+/* One cache's operations by a thread on per-CPU magazines: half as wide, so that hundreds of
+   threads cost less. A count is folded into the process's totals (mag_count_fold) when its top
+   bit gets set, long before it could wrap. */
+typedef struct tcount_cpu {
+  uint32_t allocs;
+  uint32_t frees;
+} tcount_cpu_t;
+
 /* One cache of a thread with magazines of its own: magazines and counts in half a line, which
    a fast-path call reads and writes whole. */
 typedef struct town {
@@ -57,21 +65,21 @@ typedef struct tcache {
   uint32_t busy; /* nonzero while the owner pops or pushes on its own loaded magazines */
   uint64_t bytes_requested; /* sum of malloc sizes (small and large) */
   uint64_t large_allocs, large_frees;
-  int64_t sample_left;          /* allocations until the next sampled one (sample.c) */
-  lock_t lock;                  /* the previous magazines: owner's slow paths, mag_reclaim_idle */
-  uint32_t misses;              /* slow paths taken (lock) */
-  uint32_t misses_seen;         /* misses at the last mag_reclaim_idle (lock) */
-  bool parked;                  /* mag_reclaim_idle holds its loaded magazines in prev (lock) */
-  tslot_t *slots;               /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
-  uintptr_t stack;              /* an address in the owner's stack (leak reports' roots) */
-  struct tcache *next, *prev;   /* the registry of live thread caches (mag_registry_lock) */
-  union {                       /* malloc's size classes; [0] is never used */
-    town_t own[SC_COUNT + 1];   /* cpus NULL */
-    tcount_t cpu[SC_COUNT + 1]; /* cpus set */
+  int64_t sample_left;        /* allocations until the next sampled one (sample.c) */
+  lock_t lock;                /* the previous magazines: owner's slow paths, mag_reclaim_idle */
+  uint32_t misses;            /* slow paths taken (lock) */
+  uint32_t misses_seen;       /* misses at the last mag_reclaim_idle (lock) */
+  bool parked;                /* mag_reclaim_idle holds its loaded magazines in prev (lock) */
+  tslot_t *slots;             /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
+  uintptr_t stack;            /* an address in the owner's stack (leak reports' roots) */
+  struct tcache *next, *prev; /* the registry of live thread caches (mag_registry_lock) */
+  union {                     /* malloc's size classes; [0] is never used */
+    town_t own[SC_COUNT + 1]; /* cpus NULL */
+    tcount_cpu_t cpu[SC_COUNT + 1]; /* cpus set */
   } cls;
 } tcache_t;
 
-#define TCACHE_CPU_SIZE (offsetof(tcache_t, cls) + sizeof(tcount_t) * (SC_COUNT + 1))
+#define TCACHE_CPU_SIZE (offsetof(tcache_t, cls) + sizeof(tcount_cpu_t) * (SC_COUNT + 1))
 
 /* One CPU's magazines of malloc's classes. Restartable sequences on the CPU pop and push on
    the loaded magazines without a lock (rseq.h); everything else happens under the lock: the

@@ -10,7 +10,8 @@
  *   - the reaper leaves a CPU's magazines alone while the CPU misses, and takes both of them,
  *     the loaded one too (fenced with membarrier), once it has been quiet for an interval;
  *   - a CPU's first refill of 16-byte blocks hands out one block of each cache line before a
- *     second of any, so threads taking turns on the CPU do not share lines.
+ *     second of any, so threads taking turns on the CPU do not share lines;
+ *   - a worker's 32-bit counts are folded into the totals before they can wrap.
  * Exits 77 (skipped) where glibc registered no rseq area.
  */
 #define _GNU_SOURCE
@@ -110,6 +111,30 @@ static void *line_user(void *arg) {
   return NULL;
 }
 
+/* Starts its counts of a class just short of wrapping, allocates and frees a few blocks of it,
+   and checks that the totals lost nothing. */
+#define FOLD_SIZE 5000 /* a class nothing else here uses */
+#define FOLD_PAIRS 4
+static void *fold_user(void *arg) {
+  (void)arg;
+  magpie_free(magpie_malloc(FOLD_SIZE));
+  tcache_t *tc = mag_tls;
+  UCHECK(tc->cpus != NULL);
+  unsigned c = sc_of(FOLD_SIZE);
+  static mag_totals_t before, after;
+  mag_totals(&before);
+  uint32_t start = UINT32_MAX - 1 - tc->cls.cpu[c].allocs;
+  tc->cls.cpu[c].allocs += start;
+  tc->cls.cpu[c].frees += start;
+  for (int i = 0; i < FOLD_PAIRS; i++)
+    magpie_free(magpie_malloc(FOLD_SIZE));
+  mag_totals(&after);
+  UCHECK(after.allocs[c] == before.allocs[c] + start + FOLD_PAIRS);
+  UCHECK(after.frees[c] == before.frees[c] + start + FOLD_PAIRS);
+  UCHECK(tc->cls.cpu[c].allocs <= FOLD_PAIRS && tc->cls.cpu[c].frees <= FOLD_PAIRS); /* folded */
+  return NULL;
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   unit_options(argv, "reaper=0,percpu_threads=1"); /* every thread but the first */
@@ -164,6 +189,10 @@ int main(int argc, char **argv) {
     UCHECK(pthread_create(&q, NULL, line_user, NULL) == 0);
     UCHECK(pthread_join(q, NULL) == 0);
   }
+
+  /* 4. 32-bit counts are folded before they wrap */
+  UCHECK(pthread_create(&q, NULL, fold_user, NULL) == 0);
+  UCHECK(pthread_join(q, NULL) == 0);
   printf("percpu: ok (%d workers moved between CPUs, %d operations each)\n", WORKERS, OPS);
   return 0;
 }
