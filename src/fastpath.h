@@ -25,8 +25,6 @@ extern "C" {
 #endif
 void *malloc_slow(size_t size); /* api.c */
 void free_slow(void *p);        /* api.c */
-/* Moves the calling thread's counts of class c (per-CPU layout) into the process's totals. */
-void mag_count_fold(tcache_t *tc, unsigned c); /* mag.c */
 /* The slow paths of C++ new and delete, which tell debug mode what they are (debug.h). */
 void *malloc_slow_kind(size_t size, size_t align, int kind);
 void free_slow_kind(void *p, size_t size, size_t align, int kind);
@@ -53,20 +51,15 @@ static inline void fast_leave(tcache_t *tc) {
   __atomic_store_n(&tc->busy, 0, __ATOMIC_RELAXED);
 }
 
-/* Counts one operation of a thread on per-CPU magazines (mag.h: 32-bit counts, folded before
-   they fill). */
-static inline void fast_count_cpu(tcache_t *tc, size_t c, uint32_t *count) {
-  STAT_ADD(*count, 1);
-  if (__builtin_expect(*count >> 31, 0)) mag_count_fold(tc, (unsigned)c);
-}
-
 /* Pops from the loaded magazine of class c the thread uses and counts the allocation; NULL if
    the magazine is empty. Each branch counts in its own layout of tc->cls. */
 static inline void *fast_pop(tcache_t *tc, size_t c) {
 #if RSEQ_SUPPORTED
   if (tc->cpus) {
+    uint32_t *count = &tc->cls.cpu[c].allocs;
+    if (!MP_LIKELY(*count >> 31 == 0)) return NULL; /* the slow path folds it (mag.h) */
     void *p = rseq_pop(tc->cpus + MAG_CPU_SLOT(c), mag_rseq_area);
-    if (MP_LIKELY(p != NULL)) fast_count_cpu(tc, c, &tc->cls.cpu[c].allocs);
+    if (MP_LIKELY(p != NULL)) STAT_ADD(*count, 1);
     return p;
   }
 #endif
@@ -88,8 +81,10 @@ static inline void *fast_pop(tcache_t *tc, size_t c) {
 static inline int fast_push(tcache_t *tc, size_t c, void *p) {
 #if RSEQ_SUPPORTED
   if (tc->cpus) {
+    uint32_t *count = &tc->cls.cpu[c].frees;
+    if (!MP_LIKELY(*count >> 31 == 0)) return 0; /* the slow path folds it (mag.h) */
     int pushed = rseq_push(tc->cpus + MAG_CPU_SLOT(c), mag_rseq_area, p);
-    if (MP_LIKELY(pushed)) fast_count_cpu(tc, c, &tc->cls.cpu[c].frees);
+    if (MP_LIKELY(pushed)) STAT_ADD(*count, 1);
     return pushed;
   }
 #endif

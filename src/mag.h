@@ -37,8 +37,8 @@ typedef struct tcount {
 } tcount_t;
 
 /* One cache's operations by a thread on per-CPU magazines: half as wide, so that hundreds of
-   threads cost less. A count is folded into the process's totals (mag_count_fold) when its top
-   bit gets set, long before it could wrap. */
+   threads cost less. Once a count's top bit is set the fast path misses, and the slow path
+   moves both into the process's totals, long before either could wrap. */
 typedef struct tcount_cpu {
   uint32_t allocs;
   uint32_t frees;
@@ -61,20 +61,20 @@ typedef struct tslot {
    keeps counts only (cpu), and its tcache ends there (TCACHE_CPU_SIZE), which halves what each
    of hundreds of threads costs. */
 typedef struct tcache {
-  char *cpus;    /* per-CPU magazines (mag_cpus) this thread uses for malloc, or NULL: its own */
-  uint32_t busy; /* nonzero while the owner pops or pushes on its own loaded magazines */
+  char *cpus;   /* per-CPU magazines (mag_cpus) this thread uses for malloc, or NULL: its own */
+  uint8_t busy; /* nonzero while the owner pops or pushes on its own loaded magazines */
+  bool parked;  /* mag_reclaim_idle holds its loaded magazines in prev (lock) */
+  lock_t lock;  /* the previous magazines: owner's slow paths, mag_reclaim_idle */
   uint64_t bytes_requested; /* sum of malloc sizes (small and large) */
   uint64_t large_allocs, large_frees;
-  int64_t sample_left;        /* allocations until the next sampled one (sample.c) */
-  lock_t lock;                /* the previous magazines: owner's slow paths, mag_reclaim_idle */
-  uint32_t misses;            /* slow paths taken (lock) */
-  uint32_t misses_seen;       /* misses at the last mag_reclaim_idle (lock) */
-  bool parked;                /* mag_reclaim_idle holds its loaded magazines in prev (lock) */
-  tslot_t *slots;             /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
-  uintptr_t stack;            /* an address in the owner's stack (leak reports' roots) */
-  struct tcache *next, *prev; /* the registry of live thread caches (mag_registry_lock) */
-  union {                     /* malloc's size classes; [0] is never used */
-    town_t own[SC_COUNT + 1]; /* cpus NULL */
+  int64_t sample_left;              /* allocations until the next sampled one (sample.c) */
+  uint32_t misses;                  /* slow paths taken (lock) */
+  uint32_t misses_seen;             /* misses at the last mag_reclaim_idle (lock) */
+  tslot_t *slots;                   /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
+  uintptr_t stack;                  /* an address in the owner's stack (leak reports' roots) */
+  struct tcache *next, *prev;       /* the registry of live thread caches (mag_registry_lock) */
+  union {                           /* malloc's size classes; [0] is never used */
+    town_t own[SC_COUNT + 1];       /* cpus NULL */
     tcount_cpu_t cpu[SC_COUNT + 1]; /* cpus set */
   } cls;
 } tcache_t;
