@@ -217,6 +217,7 @@ static tcache_t *mag_self(void) {
 }
 
 #define MAG_SPREAD_RUNS 8 /* line-aligned runs in a CPU's first refill of a small class */
+#define MAG_SPREAD_MAX 64 /* rounds of a CPU's refill that mag_spread_lines orders */
 
 /* A thread's first refill of a class: the objects of one cache line's worth of a line-aligned
    run (4 of 16 or 48 bytes, 2 of 32, 1 of 64 or more). Slabs are carved in order, so refills of
@@ -232,10 +233,15 @@ static uint32_t mag_fill_start(const cache_t *cp, bool cpu) {
 
 /* Orders the n rounds of a CPU's magazine, as the slab layer gave them (lowest address first),
    so that pops, from the top, take one block of each cache line before a second of any:
-   threads taking turns on the CPU then hold blocks of different lines (theory 3). */
+   threads taking turns on the CPU then hold blocks of different lines (theory 3). Only the top
+   MAG_SPREAD_MAX rounds, the next to go, are ordered: a slow path keeps its stack small. */
 static void mag_spread_lines(void **rounds, uint32_t n) {
-  void *spread[MAG_CAP_MAX];
-  uint8_t rank[MAG_CAP_MAX]; /* blocks before this one in its line (lines hold at most 4) */
+  if (n > MAG_SPREAD_MAX) {
+    rounds += n - MAG_SPREAD_MAX;
+    n = MAG_SPREAD_MAX;
+  }
+  void *spread[MAG_SPREAD_MAX];
+  uint8_t rank[MAG_SPREAD_MAX]; /* blocks before this one in its line (lines hold at most 4) */
   uint8_t ranks = 1;
   for (uint32_t i = 0; i < n; i++) {
     bool same = i > 0 && (uintptr_t)rounds[i] / OS_LINE == (uintptr_t)rounds[i - 1] / OS_LINE;
