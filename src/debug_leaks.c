@@ -61,14 +61,20 @@ static void add_root(uintptr_t lo, uintptr_t hi) {
   if (nroots < LEAK_ROOTS_MAX && hi > lo) roots[nroots++] = (range_t){lo, hi};
 }
 
-/* Other threads' stacks: an address in each (mag_thread_stacks), then its mapping. */
-static uintptr_t stack_at[LEAK_STACKS_MAX], stack_lo[LEAK_STACKS_MAX], stack_hi[LEAK_STACKS_MAX];
-static size_t nstacks;
+/* Stacks: an address in each, then its mapping. [0] is this thread's, from `from` up; the others
+   (mag_thread_stacks) are other threads', read whole. */
+static uintptr_t stack_at[LEAK_STACKS_MAX + 1], stack_lo[LEAK_STACKS_MAX + 1],
+    stack_hi[LEAK_STACKS_MAX + 1];
+static size_t nstacks;        /* other threads' stacks, at [1..nstacks] */
 static uintptr_t *stack_copy; /* LEAK_CHUNK bytes, mapped for the report */
 
-static void find_thread_stacks(void) {
-  nstacks = mag_thread_stacks(stack_at, LEAK_STACKS_MAX);
-  os_mappings(stack_at, nstacks, stack_lo, stack_hi);
+/* This thread's stack above `from` becomes a root; the other threads' stacks are found, all in
+   one read of /proc/self/maps. */
+static void find_stacks(uintptr_t from) {
+  stack_at[0] = from;
+  nstacks = mag_thread_stacks(stack_at + 1, LEAK_STACKS_MAX);
+  os_mappings(stack_at, nstacks + 1, stack_lo, stack_hi);
+  if (stack_hi[0]) add_root(from, stack_hi[0]);
   stack_copy = nstacks ? os_map(LEAK_CHUNK) : NULL;
 }
 
@@ -177,13 +183,6 @@ static void mark_range(marker_t *m, uintptr_t lo, uintptr_t hi) {
     mark_word(m, *(const uintptr_t *)a);
 }
 
-/* The program's part of this thread's stack: from `from` to the top of its mapping. */
-static void mark_stack(marker_t *m, uintptr_t from) {
-  uintptr_t lo, top;
-  os_mappings(&from, 1, &lo, &top);
-  if (top) mark_range(m, from, top);
-}
-
 /* Another thread's stack, [lo, hi): its resident pages, copied first (it may exit meanwhile). */
 static void mark_other_stack(marker_t *m, uintptr_t lo, uintptr_t hi) {
   for (uintptr_t a = lo; a < hi && stack_copy; a += LEAK_CHUNK) {
@@ -194,7 +193,7 @@ static void mark_other_stack(marker_t *m, uintptr_t lo, uintptr_t hi) {
   }
 }
 
-static void mark_all(marker_t *m, uintptr_t stack_from) {
+static void mark_all(marker_t *m) {
   if (m->n == 0) return;
   m->lo = m->blocks[0]->user;
   m->hi = 0;
@@ -205,8 +204,7 @@ static void mark_all(marker_t *m, uintptr_t stack_from) {
   }
   for (int i = 0; i < nroots; i++)
     mark_range(m, roots[i].lo, roots[i].hi);
-  mark_stack(m, stack_from);
-  for (size_t i = 0; i < nstacks; i++)
+  for (size_t i = 1; i <= nstacks; i++)
     mark_other_stack(m, stack_lo[i], stack_hi[i]);
   while (m->top > 0) {
     drec_t *r = m->stack[--m->top];
@@ -239,7 +237,7 @@ void debug_leaks_report(uintptr_t stack_from) {
   nstacks = 0;
   if (dopt.leaks_unreachable) {
     dl_iterate_phdr(root_step, (void *)(uintptr_t)debug_leaks_report);
-    find_thread_stacks();
+    find_stacks(stack_from);
   }
   lock_acquire(&debug_lock);
   size_t n = debug_live, map_bytes = (2 * n + 1) * sizeof(drec_t *);
@@ -261,7 +259,7 @@ void debug_leaks_report(uintptr_t stack_from) {
   if (dopt.leaks_unreachable) {
     heap_sort((void **)blocks, n, by_address);
     marker_t m = {.blocks = blocks, .n = n, .stack = blocks + n, .top = 0};
-    mark_all(&m, stack_from);
+    mark_all(&m);
     k = 0;
     for (size_t i = 0; i < n; i++)
       if (!blocks[i]->mark) blocks[k++] = blocks[i];
