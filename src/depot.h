@@ -3,10 +3,11 @@
 #define MAGPIE_DEPOT_H
 
 #include "cache.h"
+#include "export.h"
 
 #define MAG_CAP_MAX 256u /* the largest magazine depot_mag_new makes */
 
-extern mag_t mag_empty; /* the sentinel: no rounds, no room, never on a depot list */
+extern MAGPIE_HIDDEN mag_t mag_empty; /* the sentinel: no rounds, no room, never on a depot list */
 
 void depot_init(cache_t *cp, uint32_t cap, uint32_t cap_max);
 /* A non-empty magazine in exchange for `give` (an empty one, or the sentinel); NULL if none. */

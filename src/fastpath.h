@@ -6,7 +6,9 @@
  * thread's own where per-CPU magazines are off (mag.c says when).
  * free: two page-map loads give the class; the pointer must be an object start (one multiply)
  * and must not carry the free marker (one load); push onto the loaded magazine.
- * Anything else - an empty or full magazine, a first call, a large block, a bad pointer -
+ * A thread's own loaded magazine that runs out (fills up) trades places with the previous one
+ * right here when that one has rounds (room).
+ * Anything else - both magazines empty or full, a first call, a large block, a bad pointer -
  * takes one predictable branch to the out-of-line slow path. No lock, no atomic RMW.
  *
  * The free marker: a freed block's first word holds (its address ^ mag_secret); malloc
@@ -15,6 +17,7 @@
 #ifndef MAGPIE_FASTPATH_H
 #define MAGPIE_FASTPATH_H
 
+#include "depot.h"
 #include "mag.h"
 #include "pagemap.h"
 #include "rseq.h"
@@ -51,6 +54,18 @@ static inline void fast_leave(tcache_t *tc) {
   __atomic_store_n(&tc->busy, 0, __ATOMIC_RELAXED);
 }
 
+/* The loaded magazine m ran out (filled up) and the previous one has rounds (room): they trade
+   places, between fast_enter and fast_leave and without the tcache's lock, so that a thread
+   whose working set straddles the two pays no slow path (mag.c, theory 5: how the reaper
+   allows it). Never with the sentinel loaded, which is how the reaper parks a class. Returns
+   the magazine now loaded. */
+static inline mag_t *fast_swap(tclass_t *t, mag_t *m) {
+  mag_t *prev = t->prev;
+  __atomic_store_n(&t->loaded, prev, __ATOMIC_RELAXED);
+  __atomic_store_n(&t->prev, m, __ATOMIC_RELAXED);
+  return prev;
+}
+
 /* Pops from the loaded magazine of class c the thread uses and counts the allocation; NULL if
    the magazine is empty. Each branch counts in its own layout of tc->cls. */
 static inline void *fast_pop(tcache_t *tc, size_t c) {
@@ -66,6 +81,10 @@ static inline void *fast_pop(tcache_t *tc, size_t c) {
   mag_t *m = fast_enter(tc, c);
   uint32_t n = m->n;
   void *p = NULL;
+  if (!MP_LIKELY(n != 0)) { /* trade for the previous one if it has rounds */
+    mag_t *prev = tc->cls.own[c].mags.prev;
+    if (m != &mag_empty && prev->n != 0) n = (m = fast_swap(&tc->cls.own[c].mags, m))->n;
+  }
   if (MP_LIKELY(n != 0)) {
     m->n = n - 1;
     p = m->rounds[n - 1];
@@ -90,6 +109,10 @@ static inline int fast_push(tcache_t *tc, size_t c, void *p) {
 #endif
   mag_t *m = fast_enter(tc, c);
   uint32_t n = m->n;
+  if (!MP_LIKELY(n != m->cap)) { /* trade for the previous one if it has room */
+    mag_t *prev = tc->cls.own[c].mags.prev;
+    if (m != &mag_empty && prev->n != prev->cap) n = (m = fast_swap(&tc->cls.own[c].mags, m))->n;
+  }
   int pushed = MP_LIKELY(n != m->cap);
   if (pushed) {
     m->rounds[n] = p;

@@ -29,21 +29,26 @@
  *      those, a CPU's refill from the slab layer is dealt out a line at a time (one block of
  *      each line before a second of any; mag_spread_lines), and its first refill of a class
  *      of blocks smaller than a line covers MAG_SPREAD_RUNS lines, not one.
- *   4. Per thread: only the owner works on its loaded magazines, without locks (the reaper
- *      only takes them away, theory 5). Others read its
- *      counters for statistics (see STAT_ADD in mag.h) and, under mag_registry_lock, take an
- *      object cache's magazines when that cache is destroyed (the program guarantees the cache
- *      is no longer in use then). The previous magazines are guarded by the tcache's lock.
+ *   4. Per thread: only the owner works on its magazines, without locks: it pops and pushes
+ *      on the loaded one and, when that runs out or fills up, trades it for the previous one
+ *      if that can serve (fast_swap; churn's batches straddled the two, and each trade under
+ *      the lock cost 5% of its time). The reaper only takes them away (theory 5); the owner's
+ *      slow paths, which trade with the depot, hold the tcache's lock against it. Others read
+ *      its counters for statistics (see STAT_ADD in mag.h) and, under mag_registry_lock, take
+ *      an object cache's magazines when that cache is destroyed (the program guarantees the
+ *      cache is no longer in use then).
  *   5. Reaping idle magazines: at each reap (cache.c, at most once per reap_ms) a thread or CPU
  *      that has not missed since the last one gives its magazines to the depots, the loaded
  *      ones too. A CPU's loaded ones are replaced by the sentinel and the CPU is fenced
  *      (membarrier restarts any sequence still using one), after which they are the reaper's.
- *      A thread marks its fast-path operations on its own magazines (tc->busy, fastpath.h);
- *      the reaper parks the loaded ones (sentinel loaded, the magazine in prev), fences every
- *      thread with one membarrier for all parked threads, and then takes them from each
- *      thread that is not marked: such a thread either finished with them or will see the
- *      sentinel. A marked one gets them back. Without membarrier (or under ThreadSanitizer)
- *      only the previous magazines are taken.
+ *      A thread marks its lock-free work on its own magazines (tc->busy, fastpath.h); the
+ *      reaper parks each loaded one (exchanges the sentinel in), fences every parked thread
+ *      with one membarrier a batch, and then takes the parked and previous magazines from
+ *      each thread that is not marked: such a thread either finished with them or will see
+ *      the sentinel, with which it never trades. Where the owner traded in the window, the
+ *      parked magazine is its previous one now, and stays. A marked thread gets the parked
+ *      ones back. Without membarrier (or under ThreadSanitizer) threads keep their magazines
+ *      until they exit or trim.
  *   6. Thread exit: a pthread key destructor gives the thread's magazines to the depots, folds
  *      its counters into mag_folded and switches the thread to tcache_dead, whose misses go
  *      straight to the slab layer for whatever the rest of thread teardown allocates.
@@ -606,64 +611,75 @@ static void mag_cpu_reclaim(bool all) {
   }
 }
 
-/* Takes the magazines of a thread that has not missed since the last look (its lock held):
-   gives the previous ones to the depots, and parks each loaded one that holds rounds in the
-   previous one's place, with the sentinel loaded. Returns whether it parked any. */
-static bool mag_thread_park(tcache_t *tc) {
-  tc->parked = false;
+/* Where mag_reclaim_idle keeps the loaded magazines it parked, for MAG_PARK_BATCH threads under
+   one fence (mag_registry_lock). Static: the reaper may run in a slow path, on a small stack. */
+#define MAG_PARK_BATCH 8
+static mag_t *mag_parked[MAG_PARK_BATCH][SC_COUNT + 1];
+
+/* Parks the loaded magazines of a thread that has not missed since the last look (its lock
+   held): swaps the sentinel in for each, keeping what it held in parked[]. The previous ones
+   stay in place until the fence: the owner may be trading them with the loaded ones right now
+   (fast_swap). Returns whether it parked any. */
+static bool mag_thread_park(tcache_t *tc, mag_t **parked) {
+  bool any = false;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    tclass_t *t = &tc->cls.own[c].mags;
-    mag_give(&malloc_caches[c], t->prev);
-    t->prev = &mag_empty; /* allowed whatever the loaded one is */
-    if (mag_thread_fence && __atomic_load_n(&t->loaded->n, __ATOMIC_RELAXED)) {
-      t->prev = t->loaded;
-      __atomic_store_n(&t->loaded, &mag_empty, __ATOMIC_RELAXED);
-      tc->parked = true;
-    }
+    mag_t **loaded = &tc->cls.own[c].mags.loaded;
+    parked[c] = &mag_empty;
+    if (__atomic_load_n(loaded, __ATOMIC_RELAXED) != &mag_empty)
+      parked[c] = __atomic_exchange_n(loaded, &mag_empty, __ATOMIC_RELAXED);
+    any |= parked[c] != &mag_empty;
   }
-  return tc->parked;
+  return any;
 }
 
-/* After the fence: a parked thread that is not between fast_enter and fast_leave has either
-   finished with its parked magazines or will see the sentinels, so they go to the depots;
-   one that is puts them back in place. A parked class is the only one whose loaded magazine
-   is the sentinel while its previous one is not. */
-static void mag_thread_settle(tcache_t *tc, bool fenced) {
+/* After the fence, a parked thread that is not between fast_enter and fast_leave has finished
+   with its parked magazines and will see the sentinels from now on; it trades magazines only
+   there, never with the sentinel loaded. So where the sentinel is still loaded, the parked
+   magazine and the previous one go to the depots. Where it is not, the owner traded in the
+   window (it had read the loaded magazine before the exchange): the parked one is its previous
+   one now, and the class stays as it is. A thread still in between gets its parked magazines
+   back where the sentinel is still loaded. */
+static void mag_thread_settle(tcache_t *tc, mag_t *const *parked, bool fenced) {
   bool take = fenced && __atomic_load_n(&tc->busy, __ATOMIC_RELAXED) == 0;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
     tclass_t *t = &tc->cls.own[c].mags;
-    if (t->loaded != &mag_empty || t->prev == &mag_empty) continue;
-    if (take)
+    mag_t *sentinel = &mag_empty;
+    if (parked[c] == &mag_empty) continue;
+    if (!take)
+      __atomic_compare_exchange_n(&t->loaded, &sentinel, parked[c], false, __ATOMIC_RELAXED,
+                                  __ATOMIC_RELAXED);
+    else if (__atomic_load_n(&t->loaded, __ATOMIC_RELAXED) == &mag_empty) {
+      mag_give(&malloc_caches[c], parked[c]);
       mag_give(&malloc_caches[c], t->prev);
-    else
-      __atomic_store_n(&t->loaded, t->prev, __ATOMIC_RELAXED);
-    t->prev = &mag_empty;
+      t->prev = &mag_empty;
+    }
   }
-  tc->parked = false;
 }
 
-/* Threads that have not missed for an interval give up their magazines: all of them where the
-   fence works, the previous ones otherwise. Parked threads stay locked until one fence has
-   covered them all. */
+/* Threads that have not missed for an interval give up their magazines, where the fence works:
+   parked a batch of threads at a time, which stay locked until one fence has covered them. */
 void mag_reclaim_idle(void) {
   mag_cpu_reclaim(false);
-  bool parked = false;
   lock_acquire(&mag_registry_lock);
-  for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
-    lock_acquire(&tc->lock);
-    if (!tc->cpus && tc->misses == tc->misses_seen && mag_thread_park(tc)) {
-      parked = true;
-      continue;
-    }
-    tc->misses_seen = tc->misses;
-    lock_release(&tc->lock);
-  }
-  bool fenced = parked && os_fence_threads();
-  for (tcache_t *tc = mag_registry.next; tc != &mag_registry && parked; tc = tc->next)
-    if (tc->parked) { /* still locked */
-      mag_thread_settle(tc, fenced);
+  for (tcache_t *tc = mag_registry.next; tc != &mag_registry;) {
+    tcache_t *batch[MAG_PARK_BATCH];
+    unsigned n = 0;
+    for (; tc != &mag_registry && n < MAG_PARK_BATCH; tc = tc->next) {
+      lock_acquire(&tc->lock);
+      bool idle = !tc->cpus && tc->misses == tc->misses_seen;
+      if (idle && mag_thread_fence && mag_thread_park(tc, mag_parked[n])) {
+        batch[n++] = tc;
+        continue;
+      }
+      tc->misses_seen = tc->misses;
       lock_release(&tc->lock);
     }
+    bool fenced = n && os_fence_threads();
+    for (unsigned i = 0; i < n; i++) {
+      mag_thread_settle(batch[i], mag_parked[i], fenced);
+      lock_release(&batch[i]->lock);
+    }
+  }
   lock_release(&mag_registry_lock);
 }
 

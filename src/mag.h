@@ -62,9 +62,8 @@ typedef struct tslot {
    of hundreds of threads costs. */
 typedef struct tcache {
   char *cpus;   /* per-CPU magazines (mag_cpus) this thread uses for malloc, or NULL: its own */
-  uint8_t busy; /* nonzero while the owner pops or pushes on its own loaded magazines */
-  bool parked;  /* mag_reclaim_idle holds its loaded magazines in prev (lock) */
-  lock_t lock;  /* the previous magazines: owner's slow paths, mag_reclaim_idle */
+  uint8_t busy; /* nonzero while the owner works on its own magazines without the lock */
+  lock_t lock;  /* the owner's slow paths, mag_reclaim_idle */
   uint64_t bytes_requested; /* sum of malloc sizes (small and large) */
   uint64_t large_allocs, large_frees;
   int64_t sample_left;              /* allocations until the next sampled one (sample.c) */
@@ -106,7 +105,7 @@ void mag_init(void);
 void *mag_malloc(unsigned c, size_t size); /* the slow path of class c */
 void mag_free(unsigned c, void *p);        /* the slow path, with the checks */
 void mag_thread_exit(void *tc);
-/* Takes the previous magazines of threads that have not missed since the last call (the
+/* Takes the magazines of CPUs and threads that have not missed since the last call (the
    reaper's interval) and gives them to the depots. */
 void mag_reclaim_idle(void);
 /* Flushes the calling thread's magazines to the depots (malloc_trim). */
