@@ -54,13 +54,19 @@ static inline void fast_leave(tcache_t *tc) {
   __atomic_store_n(&tc->busy, 0, __ATOMIC_RELAXED);
 }
 
-/* The loaded magazine m ran out (filled up) and the previous one has rounds (room): they trade
-   places, between fast_enter and fast_leave and without the tcache's lock, so that a thread
-   whose working set straddles the two pays no slow path (mag.c, theory 5: how the reaper
-   allows it). Never with the sentinel loaded, which is how the reaper parks a class. Returns
-   the magazine now loaded. */
-static inline mag_t *fast_swap(tclass_t *t, mag_t *m) {
-  mag_t *prev = t->prev;
+/* The loaded magazine of class c ran out (alloc) or filled up: if the previous one has rounds
+   (room), they trade places, between fast_enter and fast_leave and without the tcache's lock,
+   so that a thread whose working set straddles the two pays no slow path (mag.c, theory 5:
+   how the reaper allows it). Returns the magazine now loaded, or NULL: the previous one cannot
+   serve either, or the sentinel is loaded (the only magazine without room: how the reaper
+   parks a class, and with which the owner never trades). The empty asm hides tc from the
+   optimiser, which otherwise keeps this rare path's addresses in registers across the common
+   one (callgrind: 4 instructions a malloc+free pair). */
+static inline mag_t *fast_trade(tcache_t *tc, size_t c, bool alloc) {
+  __asm__("" : "+r"(tc));
+  tclass_t *t = &tc->cls.own[c].mags;
+  mag_t *m = t->loaded, *prev = t->prev;
+  if (m->cap == 0 || (alloc ? prev->n == 0 : prev->n == prev->cap)) return NULL;
   __atomic_store_n(&t->loaded, prev, __ATOMIC_RELAXED);
   __atomic_store_n(&t->prev, m, __ATOMIC_RELAXED);
   return prev;
@@ -80,17 +86,17 @@ static inline void *fast_pop(tcache_t *tc, size_t c) {
 #endif
   mag_t *m = fast_enter(tc, c);
   uint32_t n = m->n;
-  void *p = NULL;
-  if (!MP_LIKELY(n != 0)) { /* trade for the previous one if it has rounds */
-    mag_t *prev = tc->cls.own[c].mags.prev;
-    if (m != &mag_empty && prev->n != 0) n = (m = fast_swap(&tc->cls.own[c].mags, m))->n;
+  if (!MP_LIKELY(n != 0)) {
+    if (!(m = fast_trade(tc, c, true))) {
+      fast_leave(tc);
+      return NULL;
+    }
+    n = m->n;
   }
-  if (MP_LIKELY(n != 0)) {
-    m->n = n - 1;
-    p = m->rounds[n - 1];
-    if (p == NULL) __builtin_unreachable(); /* rounds are blocks: the caller need not test */
-    STAT_ADD(tc->cls.own[c].count.allocs, 1);
-  }
+  m->n = n - 1;
+  void *p = m->rounds[n - 1];
+  if (p == NULL) __builtin_unreachable(); /* rounds are blocks: the caller need not test */
+  STAT_ADD(tc->cls.own[c].count.allocs, 1);
   fast_leave(tc);
   return p;
 }
@@ -109,18 +115,18 @@ static inline int fast_push(tcache_t *tc, size_t c, void *p) {
 #endif
   mag_t *m = fast_enter(tc, c);
   uint32_t n = m->n;
-  if (!MP_LIKELY(n != m->cap)) { /* trade for the previous one if it has room */
-    mag_t *prev = tc->cls.own[c].mags.prev;
-    if (m != &mag_empty && prev->n != prev->cap) n = (m = fast_swap(&tc->cls.own[c].mags, m))->n;
+  if (!MP_LIKELY(n != m->cap)) {
+    if (!(m = fast_trade(tc, c, false))) {
+      fast_leave(tc);
+      return 0;
+    }
+    n = m->n;
   }
-  int pushed = MP_LIKELY(n != m->cap);
-  if (pushed) {
-    m->rounds[n] = p;
-    m->n = n + 1;
-    STAT_ADD(tc->cls.own[c].count.frees, 1);
-  }
+  m->rounds[n] = p;
+  m->n = n + 1;
+  STAT_ADD(tc->cls.own[c].count.frees, 1);
   fast_leave(tc);
-  return pushed;
+  return 1;
 }
 
 /* Pops a block, or returns NULL: the caller takes a slow path. */

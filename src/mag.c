@@ -31,7 +31,7 @@
  *      of blocks smaller than a line covers MAG_SPREAD_RUNS lines, not one.
  *   4. Per thread: only the owner works on its magazines, without locks: it pops and pushes
  *      on the loaded one and, when that runs out or fills up, trades it for the previous one
- *      if that can serve (fast_swap; churn's batches straddled the two, and each trade under
+ *      if that can serve (fast_trade; churn's batches straddled the two, and each trade under
  *      the lock cost 5% of its time). The reaper only takes them away (theory 5); the owner's
  *      slow paths, which trade with the depot, hold the tcache's lock against it. Others read
  *      its counters for statistics (see STAT_ADD in mag.h) and, under mag_registry_lock, take
@@ -619,7 +619,7 @@ static mag_t *mag_parked[MAG_PARK_BATCH][SC_COUNT + 1];
 /* Parks the loaded magazines of a thread that has not missed since the last look (its lock
    held): swaps the sentinel in for each, keeping what it held in parked[]. The previous ones
    stay in place until the fence: the owner may be trading them with the loaded ones right now
-   (fast_swap). Returns whether it parked any. */
+   (fast_trade). Returns whether it parked any. */
 static bool mag_thread_park(tcache_t *tc, mag_t **parked) {
   bool any = false;
   for (unsigned c = 1; c <= SC_COUNT; c++) {

@@ -89,13 +89,13 @@ static int idler_rounds(bool prev) {
 
 /* A trader plays the owner's part in the reaper's window by hand: it fills both magazines of
    the idler's class, goes quiet for a look, then enters its fast path (fast_enter) and reads
-   its loaded magazine before the reaper parks it. Swapping, it then waits for the park and
-   trades after it, as a thread that read the loaded magazine just before the exchange does;
-   holding, it stays inside until the reaper is done. Either way its two magazines must come
-   out of the reaper where the owner left them, and none in a depot. */
+   its magazines as fast_trade does, before the reaper parks the loaded one. Swapping, it then waits
+   for the park and trades after it, as a thread that read the loaded magazine just before the
+   exchange does; holding, it stays inside until the reaper is done. Either way its two magazines
+   must come out of the reaper where the owner left them, and none in a depot. */
 static pthread_barrier_t trade_ready, trade_entered, trade_done;
 static tcache_t *trade_cache;
-static bool trade_looked; /* the reaper's second look is over */
+static bool trade_looked;                /* the reaper's second look is over */
 static mag_t *trade_loaded, *trade_prev; /* as the trader left them */
 
 static void *trader(void *arg) {
@@ -107,14 +107,14 @@ static void *trader(void *arg) {
   UCHECK(t->loaded != &mag_empty && t->prev != &mag_empty);
   pthread_barrier_wait(&trade_ready); /* the reaper looks: this thread missed, it is not idle */
   pthread_barrier_wait(&trade_ready);
-  mag_t *loaded = t->loaded, *prev = t->prev;
-  mag_t *m = fast_enter(tc, c);
-  pthread_barrier_wait(&trade_entered); /* the reaper looks again, and parks */
+  mag_t *loaded = fast_enter(tc, c), *prev = t->prev; /* fast_trade's reads */
+  pthread_barrier_wait(&trade_entered);               /* the reaper looks again, and parks */
   if (swap) {
     while (__atomic_load_n(&t->loaded, __ATOMIC_RELAXED) != &mag_empty &&
            !__atomic_load_n(&trade_looked, __ATOMIC_ACQUIRE))
       ; /* preempted past a window that put the magazine back, it trades after the look */
-    fast_swap(t, m);
+    __atomic_store_n(&t->loaded, prev, __ATOMIC_RELAXED); /* fast_trade's stores */
+    __atomic_store_n(&t->prev, loaded, __ATOMIC_RELAXED);
     trade_loaded = prev;
     trade_prev = loaded;
     fast_leave(tc);
@@ -157,7 +157,7 @@ static void trade_in_window(bool swap) {
    them in a loop: between two looks most workers have not missed, so their loaded magazines
    are parked, fenced and taken while they run. Then they allocate and free batches of up to
    three magazines' worth, which trade their loaded and previous magazines all the time
-   (fast_swap), also in the reaper's window. */
+   (fast_trade), also in the reaper's window. */
 #define REAPED_WORKERS 4
 #define REAPED_OPS 200000
 #define REAPED_SLOTS 64
