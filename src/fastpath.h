@@ -1,7 +1,7 @@
 /*
  * fastpath: malloc and free of a small block, inline. The whole common case is here.
  *
- * malloc (size <= 256 KiB): the class (one table load up to 1 KiB, a few instructions above),
+ * malloc (size <= 256 KiB): the class (one table load up to 32 KiB, a few instructions above),
  * then pop from the loaded magazine: the CPU's, in a restartable sequence (rseq.h), or the
  * thread's own where per-CPU magazines are off (mag.c says when).
  * free: two page-map loads give the class; the pointer must be an object start (one multiply)

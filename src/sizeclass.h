@@ -9,7 +9,7 @@
 
 #define SC_COUNT 96                   /* classes are numbered 1..SC_COUNT; 0 means "none" */
 #define SC_SMALL_MAX ((size_t)262144) /* larger requests are large blocks, from vmem */
-#define SC_LOOKUP_MAX ((size_t)1024)  /* up to here one table load finds the class */
+#define SC_LOOKUP_MAX ((size_t)32768) /* up to here one table load finds the class */
 #define SC_SPAN_MAX ((size_t)2 << 20)
 
 typedef struct sc_info {
