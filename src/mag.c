@@ -640,7 +640,7 @@ static bool mag_thread_park(tcache_t *tc, mag_t **parked) {
    one now, and the class stays as it is. A thread still in between gets its parked magazines
    back where the sentinel is still loaded. */
 static void mag_thread_settle(tcache_t *tc, mag_t *const *parked, bool fenced) {
-  bool take = fenced && __atomic_load_n(&tc->busy, __ATOMIC_RELAXED) == 0;
+  bool take = fenced && __atomic_load_n(&tc->busy, __ATOMIC_ACQUIRE) == 0;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
     tclass_t *t = &tc->cls.own[c].mags;
     mag_t *sentinel = &mag_empty;
