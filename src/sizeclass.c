@@ -47,10 +47,9 @@ void sc_init(void) {
     sc_info[c].span_mask = (uint32_t)(sc_span_for(sc_info[c].size) - 1);
     sc_info[c].div_magic = UINT64_MAX / sc_info[c].size + 1;
   }
+  unsigned k = 1; /* the requests ascend, and so do their classes */
   for (size_t i = 0; i <= SC_LOOKUP_MAX / 16; i++) {
-    size_t request = i == 0 ? 1 : i * 16;
-    unsigned k = 1;
-    while (sc_info[k].size < request)
+    while (sc_info[k].size < i * 16)
       k++;
     sc_lookup[i] = (uint8_t)k;
   }
