@@ -39,8 +39,13 @@ vmem_t heap_arena;
 static meta_pool_t slab_pools[SLAB_POOLS] = {META_POOL(128), META_POOL(256), META_POOL(640)};
 _Static_assert(sizeof(slab_t) + SLAB_OBJECTS_MAX / 8 <= 640, "the largest bitmap fits");
 
+/* Words in the bitmap of a slab of cp: one bit an object. */
+static uint32_t slab_map_words(const cache_t *cp) {
+  return (cp->per_slab + 63) / 64;
+}
+
 static meta_pool_t *slab_pool(const cache_t *cp) {
-  size_t bytes = sizeof(slab_t) + (cp->per_slab + 63) / 64 * sizeof(uint64_t);
+  size_t bytes = sizeof(slab_t) + slab_map_words(cp) * sizeof(uint64_t);
   for (unsigned i = 0; i < SLAB_POOLS; i++)
     if (bytes <= slab_pools[i].size) return &slab_pools[i];
   report_fatal("slab: more objects in a slab than its bitmap holds", cp, cp->per_slab);
@@ -183,7 +188,7 @@ void slab_check(cache_t *cp) {
   do {
     if (!s) break;
     uint32_t free_count = 0;
-    for (uint32_t w = 0; w < (cp->per_slab + 63) / 64; w++) {
+    for (uint32_t w = 0; w < slab_map_words(cp); w++) {
       uint64_t bits = s->map[w], lo = (uint64_t)w * 64; /* objects lo..lo+63 */
       uint64_t carved = s->carved <= lo        ? 0
                         : s->carved - lo >= 64 ? ~(uint64_t)0
