@@ -41,10 +41,10 @@ void free_slow_kind(void *p, size_t size, size_t align, int kind);
    takes them only from a thread that is not (mag.c, theory 5). Compiler barriers suffice: the
    reaper's membarrier orders the processors; the release store that clears the mark makes
    the operation's stores visible to a reaper that reads it clear (acquire) on processors that
-   reorder stores. Plain stores, not a count: an increment and a
-   decrement chained every call through one word and made single-thread churn 6% slower. (A
-   signal handler that allocates in the middle of a call clears the flag early; malloc is not
-   async-signal-safe, and the thread's magazines were not safe from it before either.) */
+   reorder stores. Plain stores, not a count: an increment and a decrement chained every call
+   through one word and made single-thread churn 6% slower. (A signal handler that allocates in the
+   middle of a call clears the flag early; malloc is not async-signal-safe, and the thread's
+   magazines were not safe from it before either.) */
 static inline mag_t *fast_enter(tcache_t *tc, size_t c) {
   __atomic_store_n(&tc->busy, 1, __ATOMIC_RELAXED);
   __atomic_signal_fence(__ATOMIC_SEQ_CST);

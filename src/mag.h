@@ -26,7 +26,8 @@
 
 /* One cache as seen by one thread or CPU: Bonwick's loaded and previous magazines. */
 typedef struct tclass {
-  mag_t *loaded; /* never NULL; &mag_empty only while prev is too */
+  mag_t *loaded; /* never NULL; &mag_empty only while prev is too, or while the reaper has
+                    parked the class (mag.c, theory 5) */
   mag_t *prev;
 } tclass_t;
 
