@@ -182,8 +182,8 @@ MAGPIE_EXPORT int magpie_posix_memalign(void **out, size_t align, size_t size) {
   if (align < sizeof(void *) || (align & (align - 1))) return EINVAL;
   int saved = errno;
   void *p = api_memalign(align, size);
+  if (!p) return errno = ENOMEM; /* glibc sets errno too, and programs read it */
   errno = saved;
-  if (!p) return ENOMEM;
   *out = p;
   return 0;
 }

@@ -27,8 +27,7 @@
  *      dlopen may be waiting for malloc): errors found under the lock are copied out (derr_t,
  *      with a snapshot of the record) and reported after it is released. verify_lock serialises
  *      magpie_verify's error list; report_lock keeps reports whole. Order: verify_lock,
- *      report_lock, debug_lock; all three are taken by the fork prepare handler, registered
- *      from this file's constructor.
+ *      report_lock, debug_lock; fork.c takes all three in its prepare handler.
  *   6. Reports. "magpie: <kind> of address <p>: <detail>", the block (requested size, kind,
  *      alignment, class or cache), the stack of the call, and with audit where the block was
  *      allocated and freed, by which thread. Then abort(), unless `continue`.
@@ -48,7 +47,6 @@
 #include "slab.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -986,26 +984,21 @@ void debug_at_exit(void) {
   if (dopt.leaks) debug_leaks_report(frame);
 }
 
-static void debug_fork_prepare(void) {
+void debug_fork_prepare(void) {
   lock_acquire(&verify_lock);
   lock_acquire(&report_lock);
   lock_acquire(&debug_lock);
 }
 
-static void debug_fork_parent(void) {
+void debug_fork_parent(void) {
   lock_release(&debug_lock);
   lock_release(&report_lock);
   lock_release(&verify_lock);
 }
 
-static void debug_fork_child(void) {
+void debug_fork_child(void) {
   lock_init(&debug_lock);
   lock_init(&report_lock);
   lock_init(&verify_lock);
   debug_tid_cache = 0;
-}
-
-__attribute__((constructor)) static void debug_constructor(void) {
-  magpie_init(); /* debug_on is known from here on */
-  if (debug_on) pthread_atfork(debug_fork_prepare, debug_fork_parent, debug_fork_child);
 }

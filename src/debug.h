@@ -36,7 +36,10 @@ void *debug_alloc(size_t size, size_t align, int kind, bool zero);
 void debug_free(void *p, size_t size, size_t align, int kind); /* p may be NULL */
 void *debug_realloc(void *p, size_t size);                     /* C realloc semantics */
 size_t debug_usable_size(void *p);
-void debug_at_exit(void); /* leak report when asked for */
+void debug_at_exit(void);      /* leak report when asked for */
+void debug_fork_prepare(void); /* fork.c's handlers, in its lock order */
+void debug_fork_parent(void);
+void debug_fork_child(void);
 /* Blocks served by debug mode (its blocks bypass the per-thread counters), for statistics. */
 void debug_totals(uint64_t *allocs, uint64_t *frees, uint64_t *live_bytes);
 

@@ -11,9 +11,7 @@
  *   2. Options: if the first call comes before libc has set environ, the constructor reads
  *      MAGPIE_OPTIONS again once environ exists. MAGPIE_DEBUG is read at the first call only:
  *      debug mode must be on before any block is handed out, or never.
- *   3. fork: the prepare handler takes every allocator lock in lock order, so the child
- *      starts with consistent structures; the child re-initialises them (cache.c, mag.c).
- *      The handlers are registered from the constructor, when malloc already works
+ *   3. fork: the constructor registers fork.c's handlers, when malloc already works
  *      (pthread_atfork itself allocates).
  *   4. At exit, the destructor writes the leak report (MAGPIE_DEBUG) and the statistics report
  *      if MAGPIE_OPTIONS asked for one, to the stderr the program started with: the constructor
@@ -23,6 +21,7 @@
 #include "init.h"
 #include "cache.h"
 #include "debug.h"
+#include "fork.h"
 #include "mag.h"
 #include "options.h"
 #include "os.h"
@@ -31,7 +30,6 @@
 #include "slab.h"
 #include "stats.h"
 
-#include <pthread.h>
 #include <sched.h>
 
 #define HEAP_IMPORT ((size_t)4 << 20) /* the heap arena maps at least this much at a time */
@@ -93,21 +91,6 @@ void magpie_init(void) {
   __atomic_store_n(&init_state, INIT_DONE, __ATOMIC_RELEASE);
 }
 
-static void fork_prepare(void) {
-  stats_fork_prepare();
-  cache_fork_prepare();
-}
-
-static void fork_parent(void) {
-  cache_fork_parent();
-  stats_fork_parent();
-}
-
-static void fork_child(void) {
-  cache_fork_child();
-  stats_fork_child();
-}
-
 __attribute__((constructor)) static void magpie_constructor(void) {
   magpie_init();
   if (!init_had_environ) {
@@ -116,7 +99,7 @@ __attribute__((constructor)) static void magpie_constructor(void) {
     heap_arena.retain = heap_retain();
   }
   if (debug_on || (opt.stats != OPT_STATS_OFF && !opt.stats_file[0])) report_keep_stderr();
-  pthread_atfork(fork_prepare, fork_parent, fork_child);
+  fork_handlers_register();
 }
 
 __attribute__((destructor)) static void magpie_destructor(void) {

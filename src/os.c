@@ -17,7 +17,13 @@
  *      orders memory with it: after it, a sequence there sees what the caller stored before.
  *      os_fence_threads is the same barrier on every CPU that runs one of the process's
  *      threads, without the restarts (a sleeping thread is ordered by its context switch).
- * Nothing here allocates or takes a lock; all of it is safe from any thread at any time.
+ *   6. Files are opened, read, written and closed with raw system calls, not libc's wrappers:
+ *      those are cancellation points, and a thread cancelled inside a report would leave the
+ *      lock it writes under held for good (malloc_stats, as glibc's, is no cancellation point).
+ *   7. stdio's list lock: glibc's fork takes it after the atfork prepare handlers have run, so
+ *      magpie's fork handler takes it first (os_stdio_lock), where glibc will take it too.
+ * Nothing here allocates or takes a lock of magpie's; all of it is safe from any thread at any
+ * time.
  */
 #define _GNU_SOURCE
 #include "os.h"
@@ -45,6 +51,9 @@
 #define OS_THREAD_STACK ((size_t)64 << 10) /* magpie's own threads only reap */
 
 extern const unsigned int __rseq_size __attribute__((weak));
+extern char __libc_single_threaded __attribute__((weak)); /* glibc 2.32 and later */
+void _IO_list_lock(void) __attribute__((weak));           /* glibc's stdio, exported since 2.2.5 */
+void _IO_list_unlock(void) __attribute__((weak));
 extern const ptrdiff_t __rseq_offset __attribute__((weak));
 
 static size_t os_mapped;     /* bytes mapped now (atomic) */
@@ -110,12 +119,28 @@ size_t os_mapped_peak(void) {
   return __atomic_load_n(&os_mapped_max, __ATOMIC_RELAXED);
 }
 
+/* Files through raw system calls: no cancellation point (theory 6). */
+static int os_open(const char *path, int flags, int mode) {
+  return (int)syscall(SYS_openat, AT_FDCWD, path, flags | O_CLOEXEC, mode);
+}
+
+static ssize_t os_read(int fd, void *buf, size_t len) {
+  ssize_t n;
+  while ((n = syscall(SYS_read, fd, buf, len)) < 0 && errno == EINTR) {
+  }
+  return n;
+}
+
+void os_close(int fd) {
+  syscall(SYS_close, fd);
+}
+
 /* Reads a small file into buf (NUL-terminated); returns the length, or -1. */
 static ssize_t os_read_file(const char *path, char *buf, size_t cap) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = os_open(path, O_RDONLY, 0);
   if (fd < 0) return -1;
-  ssize_t n = read(fd, buf, cap - 1);
-  close(fd);
+  ssize_t n = os_read(fd, buf, cap - 1);
+  os_close(fd);
   if (n < 0) return -1;
   buf[n] = '\0';
   return n;
@@ -253,7 +278,8 @@ void os_futex_wake(uint32_t *word, int count) {
 
 void os_write_all(int fd, const char *buf, size_t len) {
   while (len > 0) {
-    ssize_t n = write(fd, buf, len);
+    ssize_t n = syscall(SYS_write, fd, buf, len);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;
     buf += n;
     len -= (size_t)n;
@@ -261,11 +287,7 @@ void os_write_all(int fd, const char *buf, size_t len) {
 }
 
 int os_open_write(const char *path) {
-  return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-}
-
-void os_close(int fd) {
-  close(fd);
+  return os_open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 }
 
 int os_dup(int fd) {
@@ -300,12 +322,12 @@ static uintptr_t parse_hex(const char **s) {
 void os_mappings(const uintptr_t *addr, size_t count, uintptr_t *lo_out, uintptr_t *hi_out) {
   for (size_t i = 0; i < count; i++)
     lo_out[i] = hi_out[i] = 0;
-  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  int fd = os_open("/proc/self/maps", O_RDONLY, 0);
   if (fd < 0) return;
   char buf[4096];
   size_t have = 0;
   for (;;) {
-    ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
+    ssize_t n = os_read(fd, buf + have, sizeof buf - 1 - have);
     if (n <= 0) break;
     have += (size_t)n;
     buf[have] = '\0';
@@ -325,7 +347,7 @@ void os_mappings(const uintptr_t *addr, size_t count, uintptr_t *lo_out, uintptr
     memmove(buf, line, have);
     if (have == sizeof buf - 1) have = 0; /* a line longer than the buffer: drop it */
   }
-  close(fd);
+  os_close(fd);
 }
 
 bool os_resident(uintptr_t addr, size_t len) {
@@ -362,10 +384,12 @@ size_t os_rss_bytes(void) {
 }
 
 /* lock.h's slow paths live here because they sleep in the kernel. */
+__thread unsigned lock_held_here;
+
 void lock_acquire_slow(lock_t *l) {
   for (int i = 0; i < OS_SPIN_LIMIT; i++) {
     __builtin_ia32_pause();
-    if (__atomic_load_n(&l->state, __ATOMIC_RELAXED) == 0 && lock_try(l)) return;
+    if (__atomic_load_n(&l->state, __ATOMIC_RELAXED) == 0 && lock_take(l)) return;
   }
   while (__atomic_exchange_n(&l->state, 2, __ATOMIC_ACQUIRE) != 0)
     os_futex_wait(&l->state, 2);
@@ -375,12 +399,23 @@ void lock_release_wake(lock_t *l) {
   os_futex_wake(&l->state, 1);
 }
 
+bool os_stdio_lock(void) {
+  if (!_IO_list_lock || !_IO_list_unlock || !&__libc_single_threaded || __libc_single_threaded)
+    return false; /* glibc's fork takes the list lock only in a multithreaded process */
+  _IO_list_lock();
+  return true;
+}
+
+void os_stdio_unlock(void) {
+  _IO_list_unlock();
+}
+
 void *os_map_file(const char *path, size_t *size) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = os_open(path, O_RDONLY, 0);
   if (fd < 0) return NULL;
   off_t end = lseek(fd, 0, SEEK_END);
   void *p = end > 0 ? mmap(NULL, (size_t)end, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
-  close(fd);
+  os_close(fd);
   if (p == MAP_FAILED) return NULL;
   *size = (size_t)end;
   return p;

@@ -41,6 +41,11 @@ void os_sleep_ms(size_t ms);
 bool os_thread_start(void *(*fn)(void *), const char *name);
 void os_futex_wait(uint32_t *word, uint32_t expected);
 void os_futex_wake(uint32_t *word, int count);
+/* Fork's prepare handler: takes stdio's list lock where glibc's fork will take it too (a
+   multithreaded process), so that magpie's locks come after it; false where it took nothing.
+   The parent releases it with os_stdio_unlock; glibc resets it in the child. */
+bool os_stdio_lock(void);
+void os_stdio_unlock(void);
 void os_write_all(int fd, const char *buf, size_t len);
 int os_open_write(const char *path); /* O_CREAT|O_TRUNC|O_CLOEXEC, mode 0644; -1 on failure */
 void os_close(int fd);

@@ -48,7 +48,14 @@ static void test_posix_memalign(void) {
     CHECK(rc == EINVAL);
     if (rc == 0) free(p);
   }
-  /* posix_memalign reports through its return value, not errno: only that is checked. */
+  /* An impossible size: ENOMEM returned, and in errno too, as glibc does (programs read it). */
+  p = &p;
+  errno = 0;
+  int failed = posix_memalign(&p, opaque_size(64), opaque_size(SIZE_MAX - 4096));
+  CHECK(failed == ENOMEM);
+  CHECK(errno == ENOMEM);
+  CHECK(p == (void *)&p); /* *out untouched on failure */
+  /* On success only the return value is specified: only that is checked. */
   for (int shift = 3; shift <= MAX_ALIGN_SHIFT; shift++) {
     size_t a = (size_t)1 << shift;
     size_t sizes[4];

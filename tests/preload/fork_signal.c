@@ -1,0 +1,98 @@
+/*
+ * fork() from a signal handler in a single-threaded program, under LD_PRELOAD=libmagpie.so.
+ *
+ * POSIX lets a single-threaded program call fork from a signal handler, and glibc keeps that
+ * working while the interrupted thread is inside malloc. Here a timer sends SIGALRM to the
+ * program every 2 ms while its only thread allocates, reallocates and frees without pause;
+ * the handler forks, and the child leaves at once with _exit (all a handler's child may do).
+ * The heap holds more than 32 MiB, so magpie's own background thread is running: the program
+ * still has one thread of its own, and its fork from a handler must still work.
+ *
+ * An allocator whose fork handler takes its own locks unconditionally hangs in the first fork
+ * that interrupts it inside a lock; a deadline timer turns that into a failure with a message.
+ */
+#include "../api/check.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FORKS 1500             /* handler forks before the test passes */
+#define HELD_BYTES (48u << 20) /* more than magpie's background-thread threshold */
+#define HELD_BLOCK 8192
+#define SLOTS 512
+#define TICK_US 2000  /* well above a fork and wait, so the program itself runs between ticks */
+#define DEADLINE_S 60 /* a run still going then has deadlocked */
+
+static volatile sig_atomic_t forks_done, fork_failures;
+
+static void on_tick(int sig) {
+  (void)sig;
+  int saved = errno;
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  if (pid < 0)
+    fork_failures++;
+  else if (waitpid(pid, NULL, 0) == pid)
+    forks_done++;
+  errno = saved;
+}
+
+static void on_deadline(int sig) {
+  (void)sig;
+  static const char msg[] = "fork_signal: no progress: fork from a signal handler deadlocked\n";
+  (void)!write(2, msg, sizeof msg - 1);
+  _exit(2);
+}
+
+int main(void) {
+  api_begin("fork_signal");
+  static void *held[HELD_BYTES / HELD_BLOCK];
+  for (size_t i = 0; i < HELD_BYTES / HELD_BLOCK; i++)
+    REQUIRE((held[i] = malloc(HELD_BLOCK)) != NULL);
+
+  /* The deadline is a POSIX timer on CLOCK_MONOTONIC delivering SIGUSR2, apart from the tick. */
+  signal(SIGUSR2, on_deadline);
+  struct sigevent ev = {.sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGUSR2};
+  timer_t deadline;
+  REQUIRE(timer_create(CLOCK_MONOTONIC, &ev, &deadline) == 0);
+  struct itimerspec when = {.it_value = {.tv_sec = DEADLINE_S}};
+  REQUIRE(timer_settime(deadline, 0, &when, NULL) == 0);
+
+  struct sigaction sa = {.sa_handler = on_tick};
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  REQUIRE(sigaction(SIGALRM, &sa, NULL) == 0);
+  struct itimerval tick = {.it_interval = {0, TICK_US}, .it_value = {0, TICK_US}};
+  REQUIRE(setitimer(ITIMER_REAL, &tick, NULL) == 0);
+
+  void *slot[SLOTS] = {0};
+  uint64_t state = 0x9e3779b97f4a7c15u;
+  while (forks_done < FORKS && fork_failures == 0) {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    size_t i = state % SLOTS, size = (state >> 20) % 4096 + 1;
+    if ((state >> 50) % 4 == 0) size <<= 8; /* up to 1 MiB: large blocks take the arena's lock */
+    if ((state >> 40) % 3 == 0) {
+      void *p = realloc(slot[i], size);
+      REQUIRE(p != NULL);
+      slot[i] = p;
+    } else {
+      free(slot[i]);
+      REQUIRE((slot[i] = malloc(size)) != NULL);
+    }
+    memset(slot[i], 0x5a, size < 64 ? size : 64);
+  }
+  struct itimerval off = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_REAL, &off, NULL);
+  CHECK(fork_failures == 0);
+  CHECK(forks_done >= FORKS);
+  for (size_t i = 0; i < SLOTS; i++)
+    free(slot[i]);
+  for (size_t i = 0; i < HELD_BYTES / HELD_BLOCK; i++)
+    free(held[i]);
+  fprintf(stderr, "fork_signal: %d forks from the handler\n", (int)forks_done);
+  return api_end();
+}
