@@ -14,8 +14,11 @@ all: deps
 deps:
 	@scripts/deps.sh
 
+# ctest prints no output of a skipped test: the reasons the tests gave ("SKIPPED: ...", e.g. a
+# kernel without rseq or membarrier) are printed after its summary.
 test: all
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && { ctest --output-on-failure -j $(JOBS); rc=$$?; \
+	  grep -h '^SKIPPED: ' Testing/Temporary/LastTest.log; exit $$rc; }
 
 demo: all
 	python3 bench/run.py --demo

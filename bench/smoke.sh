@@ -2,16 +2,24 @@
 # Smoke test of one benchmark workload (ctest runs it; see bench/CMakeLists.txt).
 #   smoke.sh PRELOAD NAME BINARY [ARGS...]
 # Runs BINARY ARGS with LD_PRELOAD=PRELOAD (empty: none) and passes when it exits 0 and printed
-# one line starting "RESULT NAME ".
+# one line starting "RESULT NAME ". With a PRELOAD, the workload also runs with magpie's exit
+# report on (MAGPIE_OPTIONS=stats=1), which must show that magpie served its allocations: a
+# preload that failed to load (ld.so only warns) leaves the workload on glibc, and no report.
 preload=$1
 name=$2
 shift 2
 if [ -n "$preload" ]; then
-  out=$(LD_PRELOAD="$preload" "$@")
+  report=$(mktemp)
+  out=$(LD_PRELOAD="$preload" MAGPIE_OPTIONS="${MAGPIE_OPTIONS:+$MAGPIE_OPTIONS,}stats=1" "$@" \
+    2>"$report")
+  rc=$?
+  cat "$report" >&2
+  served=$(grep -Ec '^ +allocs +[1-9]' "$report")
+  rm -f "$report"
 else
   out=$("$@")
+  rc=$?
 fi
-rc=$?
 printf '%s\n' "$out"
 if [ $rc -ne 0 ]; then
   echo "smoke: $name exited with status $rc" >&2
@@ -19,6 +27,10 @@ if [ $rc -ne 0 ]; then
 fi
 if ! printf '%s\n' "$out" | grep -q "^RESULT $name "; then
   echo "smoke: $name printed no 'RESULT $name' line" >&2
+  exit 1
+fi
+if [ -n "$preload" ] && [ "$served" -eq 0 ]; then
+  echo "smoke: $name ran without magpie: no exit report counting allocations ($preload)" >&2
   exit 1
 fi
 exit 0

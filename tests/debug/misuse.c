@@ -2,12 +2,18 @@
  * Heap errors for debug mode to catch, one per case: `misuse CASE` announces the address it is
  * about to misuse ("misuse: CASE ADDRESS") and commits the error in a function of its own
  * (noinline, built -O0), which the report must name. run_case.py checks the outcome.
+ * The guard-page cases end by SIGSEGV, which by itself proves nothing (any crash is one): their
+ * handler first writes "misuse: fault at ADDRESS" on stderr, the faulting address the kernel
+ * gives, for run_case.py to match with the announced one.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NOINLINE __attribute__((noinline))
 
@@ -17,6 +23,32 @@ extern void free_sized(void *ptr, size_t size) __attribute__((weak));
 static void announce(const char *kind, const void *p) {
   printf("misuse: %s %p\n", kind, p);
   fflush(stdout);
+}
+
+/* Writes the faulting address, with write(2) only, and returns: the handler is reset
+   (SA_RESETHAND), so the access faults again and the program dies of SIGSEGV as it would have. */
+static void report_fault(int sig, siginfo_t *info, void *context) {
+  (void)sig;
+  (void)context;
+  char line[64] = "misuse: fault at 0x";
+  size_t n = strlen(line);
+  uintptr_t a = (uintptr_t)info->si_addr;
+  int digits = 1;
+  while (digits < (int)(2 * sizeof a) && a >> (4 * digits) != 0)
+    digits++;
+  for (int d = digits - 1; d >= 0; d--)
+    line[n++] = "0123456789abcdef"[(a >> (4 * d)) & 15];
+  line[n++] = '\n';
+  ssize_t unused = write(2, line, n);
+  (void)unused;
+}
+
+static void catch_fault(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = report_fault;
+  sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+  sigaction(SIGSEGV, &sa, NULL);
 }
 
 NOINLINE static char *alloc_site(size_t n) {
@@ -100,11 +132,13 @@ int main(int argc, char **argv) {
     size_t n = 100000; /* a large block, a multiple of 16: it ends at the guard page */
     char *p = alloc_site(n);
     announce(c, p + n);
+    catch_fault();
     guard_writer(p, n);
   } else if (!strcmp(c, "guard-use-after-free")) {
     char *p = alloc_site(100000);
     announce(c, p);
     release_site(p);
+    catch_fault();
     stale_reader(p);
   } else if (!strcmp(c, "realloc-freed")) {
     char *p = alloc_site(50);

@@ -14,6 +14,8 @@ Checks:
   --count TEXT=N            TEXT occurs exactly N times in the report
   --address                 the report names the address the program announced with
                             "misuse: KIND ADDRESS" (every announced address, whole token)
+  --fault                   the program's SIGSEGV handler wrote "misuse: fault at ADDRESS" on
+                            stderr with the announced address: the fault is the one expected
   --log PATTERN             the report is read from this file ("%p": the child's pid), and
                             stderr must hold no report
   --leak FUNC=COUNT,BYTES   a leak group whose stack names FUNC has COUNT blocks, BYTES bytes
@@ -55,6 +57,7 @@ def main():
     ap.add_argument("--env", action="append", default=[])
     ap.add_argument("--count", action="append", default=[])
     ap.add_argument("--address", action="store_true")
+    ap.add_argument("--fault", action="store_true")
     ap.add_argument("--log")
     ap.add_argument("--leak", action="append", default=[])
     ap.add_argument("--no-leak", action="append", default=[])
@@ -125,6 +128,14 @@ def main():
         for addr in addresses:
             if not re.search(r"(?<![0-9a-zA-Z])%s(?![0-9a-fA-F])" % addr, report, re.I):
                 failures.append("report does not name the address %s" % addr)
+    if a.fault:
+        announced = re.findall(r"^misuse: \S+ (0x[0-9a-f]+)", out, re.M)
+        faults = re.findall(r"^misuse: fault at (0x[0-9a-f]+)", err, re.M)
+        if not announced or not faults:
+            failures.append("no announced address, or no fault reported by the program")
+        elif int(faults[0], 16) != int(announced[0], 16):
+            failures.append("the fault was at %s, not at the announced %s" %
+                            (faults[0], announced[0]))
     groups = leak_groups(report)
     for spec in a.leak:
         func, rest = spec.split("=")
