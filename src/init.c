@@ -27,6 +27,7 @@
 #include "options.h"
 #include "os.h"
 #include "report.h"
+#include "sample.h"
 #include "sizeclass.h"
 #include "slab.h"
 #include "stats.h"
@@ -96,14 +97,17 @@ void magpie_init(void) {
 static void fork_prepare(void) {
   stats_fork_prepare();
   cache_fork_prepare();
+  sample_fork_prepare();
 }
 
 static void fork_parent(void) {
+  sample_fork_parent();
   cache_fork_parent();
   stats_fork_parent();
 }
 
 static void fork_child(void) {
+  sample_fork_child();
   cache_fork_child();
   stats_fork_child();
 }
