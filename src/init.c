@@ -26,6 +26,7 @@
 #include "options.h"
 #include "os.h"
 #include "report.h"
+#include "sample.h"
 #include "sizeclass.h"
 #include "slab.h"
 #include "stats.h"

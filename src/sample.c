@@ -189,6 +189,18 @@ void sample_free(void *p, uintptr_t entry) {
   if (kind) sample_report(kind, p, &copy, detail);
 }
 
+void sample_fork_prepare(void) {
+  lock_acquire(&sample_lock);
+}
+
+void sample_fork_parent(void) {
+  lock_release(&sample_lock);
+}
+
+void sample_fork_child(void) {
+  lock_init(&sample_lock);
+}
+
 size_t sample_size(void *p, uintptr_t entry) {
   const slot_t *s = &slots[entry >> 7];
   if (s->state != SLOT_LIVE || (uintptr_t)p != s->user)
