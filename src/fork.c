@@ -26,11 +26,12 @@
  *    1. stdio's list lock (glibc's; magpie takes it only here)
  *    2. stats_lock (stats.c)
  *    3. debug mode: verify_lock, report_lock, debug_lock (debug.c)
- *    4. cache_list_lock (cache.c)
- *    5. mag_registry_lock, then a thread cache's lock or a CPU's magazine lock (mag.c)
- *    6. a cache's depot lock, then its slab lock (depot.c, slab.c)
- *    7. the heap arena's lock (vmem.c)
- *    8. meta_pools_lock, then a metadata pool's lock (meta.c)
+ *    4. sample_lock (sample.c)
+ *    5. cache_list_lock (cache.c)
+ *    6. mag_registry_lock, then a thread cache's lock or a CPU's magazine lock (mag.c)
+ *    7. a cache's depot lock, then its slab lock (depot.c, slab.c)
+ *    8. the heap arena's lock (vmem.c)
+ *    9. meta_pools_lock, then a metadata pool's lock (meta.c)
  * Locks of one level are taken together only by fork: CPUs by number, caches in cache_for_all's
  * order, pools in list order. Thread caches' own locks are not taken by fork: the child keeps
  * only its own and re-initialises it.
@@ -39,6 +40,7 @@
 #include "debug.h"
 #include "lock.h"
 #include "os.h"
+#include "sample.h"
 #include "stats.h"
 
 #include <pthread.h>
@@ -53,12 +55,14 @@ static void fork_prepare(void) {
   fork_stdio_locked = os_stdio_lock();
   stats_fork_prepare();
   if (debug_on) debug_fork_prepare();
+  sample_fork_prepare();
   cache_fork_prepare();
 }
 
 static void fork_parent(void) {
   if (fork_untouched) return;
   cache_fork_parent();
+  sample_fork_parent();
   if (debug_on) debug_fork_parent();
   stats_fork_parent();
   if (fork_stdio_locked) os_stdio_unlock();
@@ -67,6 +71,7 @@ static void fork_parent(void) {
 static void fork_child(void) {
   if (fork_untouched) return;
   cache_fork_child();
+  sample_fork_child();
   if (debug_on) debug_fork_child();
   stats_fork_child();
   lock_held_here = 0; /* every lock prepare took was re-initialised; glibc resets stdio's */

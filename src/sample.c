@@ -21,6 +21,9 @@
  *      the block's start and not already freed (reported otherwise, with both stacks).
  *   Locking: sample_lock protects the slots and the free list. The signal handler reads a
  *   slot without it: the fault stopped the thread that would change it, or the slot is freed.
+ *   Stacks are captured before the lock is taken: the unwinder may take the dynamic loader's
+ *   lock, and a thread in dlopen holds that while it allocates. Under sample_lock only the
+ *   page map and the kernel are called (fork.c's lock order).
  */
 #define _GNU_SOURCE
 #include "sample.h"
@@ -95,6 +98,8 @@ void *sample_maybe(size_t size, unsigned weight) {
     return NULL;
   if ((tc->sample_left -= (int64_t)weight) > 0) return NULL;
   tc->sample_left = sample_countdown();
+  uintptr_t stack[SAMPLE_DEPTH];
+  int depth = report_capture(stack, SAMPLE_DEPTH);
   lock_acquire(&sample_lock);
   if (!pool && (pool_failed || !(pool_failed = !pool_create()))) {
     lock_release(&sample_lock);
@@ -113,7 +118,8 @@ void *sample_maybe(size_t size, unsigned weight) {
   s->size = size;
   s->state = SLOT_LIVE;
   s->alloc_tid = os_thread_id();
-  s->alloc_n = report_capture(s->alloc_stack, SAMPLE_DEPTH);
+  memcpy(s->alloc_stack, stack, sizeof stack);
+  s->alloc_n = depth;
   s->free_n = 0;
   memset((char *)s->user + size, SAMPLE_SLACK_BYTE,
          (size_t)(slot_page(i) + OS_PAGE) - s->user - size);
@@ -157,6 +163,8 @@ __attribute__((noreturn)) static void sample_report(const char *kind, const void
 
 void sample_free(void *p, uintptr_t entry) {
   slot_t *s = &slots[entry >> 7];
+  uintptr_t stack[SAMPLE_DEPTH];
+  int depth = report_capture(stack, SAMPLE_DEPTH);
   lock_acquire(&sample_lock);
   slot_t copy = *s; /* reported after the lock is released */
   const char *kind = NULL, *detail = NULL;
@@ -176,7 +184,8 @@ void sample_free(void *p, uintptr_t entry) {
     int i = (int)(entry >> 7);
     s->state = SLOT_FREED;
     s->free_tid = os_thread_id();
-    s->free_n = report_capture(s->free_stack, SAMPLE_DEPTH);
+    memcpy(s->free_stack, stack, sizeof stack);
+    s->free_n = depth;
     os_protect(slot_page(i), OS_PAGE, false); /* a use after free now faults */
     s->next = SAMPLE_SLOTS;
     if (free_tail >= 0)
