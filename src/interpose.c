@@ -65,9 +65,13 @@ MAGPIE_EXPORT void malloc_stats(void) {
 MAGPIE_EXPORT int malloc_info(int options, FILE *fp) {
   return api_malloc_info(options, fp);
 }
+/* The largest fastbin limit glibc accepts (80 * sizeof(size_t) / 4 bytes). */
+#define MALLOPT_MXFAST_MAX (80 * sizeof(size_t) / 4)
+
+/* magpie tunes itself (MAGPIE_OPTIONS is its interface) and ignores the setting, but answers
+   as glibc does: 1, except for a fastbin limit out of glibc's range. */
 MAGPIE_EXPORT int mallopt(int param, int value) {
-  (void)param; /* magpie tunes itself; MAGPIE_OPTIONS is its interface */
-  (void)value;
+  if (param == M_MXFAST && (value < 0 || (size_t)value > MALLOPT_MXFAST_MAX)) return 0;
   return 1;
 }
 

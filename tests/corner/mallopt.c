@@ -32,6 +32,9 @@ static void test_mallopt(void) {
     if (rc != 1) NOTE("  mallopt(%s, %d) returned %d\n", settings[i].name, settings[i].value, rc);
     CHECK(rc == 1);
   }
+  /* A fastbin limit out of glibc's range (0 .. 80 * sizeof(size_t) / 4) is refused. */
+  CHECK(mallopt(M_MXFAST, 1000) == 0);
+  CHECK(mallopt(M_MXFAST, -1) == 0);
   /* Allocation is unchanged by the settings. */
   api_rng_t rng = {77};
   enum { COUNT = 2000 };
