@@ -31,7 +31,10 @@
 
 #define LARGE_MAX ((SIZE_MAX >> 1) - ((size_t)1 << 31)) /* bigger can never be mapped */
 
-static size_t large_live; /* bytes in large blocks (atomic) */
+static size_t large_live;      /* bytes in large blocks (atomic) */
+static size_t large_blocks;    /* large blocks live (atomic) */
+static size_t large_live_peak; /* high-water marks of the two (atomic) */
+static size_t large_blocks_peak;
 
 static uintptr_t large_entry(size_t bytes) {
   return (bytes >> OS_PAGE_SHIFT) << 7 | PM_TAG_LARGE;
@@ -45,8 +48,26 @@ size_t large_live_bytes(void) {
   return __atomic_load_n(&large_live, __ATOMIC_RELAXED);
 }
 
+void large_peaks(size_t *blocks, size_t *bytes) {
+  *blocks = __atomic_load_n(&large_blocks_peak, __ATOMIC_RELAXED);
+  *bytes = __atomic_load_n(&large_live_peak, __ATOMIC_RELAXED);
+}
+
+static void raise_peak(size_t *peak, size_t now) {
+  size_t seen = __atomic_load_n(peak, __ATOMIC_RELAXED);
+  while (now > seen &&
+         !__atomic_compare_exchange_n(peak, &seen, now, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
 static void large_account(size_t bytes, int sign) {
-  __atomic_add_fetch(&large_live, sign > 0 ? bytes : -bytes, __ATOMIC_RELAXED);
+  if (sign > 0) {
+    raise_peak(&large_live_peak, __atomic_add_fetch(&large_live, bytes, __ATOMIC_RELAXED));
+    raise_peak(&large_blocks_peak, __atomic_add_fetch(&large_blocks, 1, __ATOMIC_RELAXED));
+  } else {
+    __atomic_sub_fetch(&large_live, bytes, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&large_blocks, 1, __ATOMIC_RELAXED);
+  }
   stats_held_add(sign > 0 ? (ptrdiff_t)bytes : -(ptrdiff_t)bytes);
 }
 

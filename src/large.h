@@ -12,5 +12,7 @@ size_t large_size(uintptr_t entry);
 /* Resizes in place or by remapping: the block's address afterwards, or NULL (unchanged). */
 void *large_resize(void *p, uintptr_t entry, size_t size);
 size_t large_live_bytes(void);
+/* The most large blocks, and bytes in them, that were live at once. */
+void large_peaks(size_t *blocks, size_t *bytes);
 
 #endif

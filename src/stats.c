@@ -59,6 +59,10 @@ static void stats_fill(stats_summary_t *s, const mag_totals_t *t) {
   s->allocs += t->large_allocs;
   s->frees += t->large_frees;
   s->large_live_bytes = large_live_bytes();
+  size_t peak_blocks, peak_bytes;
+  large_peaks(&peak_blocks, &peak_bytes);
+  s->large_peak_blocks = peak_blocks;
+  s->large_peak_bytes = peak_bytes;
   s->live_bytes += s->large_live_bytes;
   s->bytes_requested = t->bytes_requested;
   s->peak_live_bytes = __atomic_load_n(&stats_held_peak, __ATOMIC_RELAXED);
@@ -210,6 +214,37 @@ void stats_write(int fd, int format) {
     out_field(&o, "allocs", s.large_allocs, false);
     out_field(&o, "frees", s.large_frees, false);
     out_field(&o, "live_bytes", s.large_live_bytes, false);
+  }
+  out_flush(&o);
+}
+
+/* glibc's malloc_stats layout, which programs and scripts parse: magpie's one heap is
+   "Arena 0" (everything but large blocks), and large blocks stand for glibc's mmapped chunks,
+   the blocks too big for its arenas. Values are never truncated to 32 bits. */
+void stats_write_glibc(int fd) {
+  stats_summary_t s;
+  stats_summary(&s);
+  uint64_t small_mapped =
+      s.mapped_bytes > s.large_live_bytes ? s.mapped_bytes - s.large_live_bytes : 0;
+  const struct {
+    const char *label;
+    uint64_t value;
+  } lines[] = {
+      {"Arena 0:\n", 0},
+      {"system bytes     = ", small_mapped},
+      {"in use bytes     = ", s.live_bytes - s.large_live_bytes},
+      {"Total (incl. mmap):\n", 0},
+      {"system bytes     = ", s.mapped_bytes},
+      {"in use bytes     = ", s.live_bytes},
+      {"max mmap regions = ", s.large_peak_blocks},
+      {"max mmap bytes   = ", s.large_peak_bytes},
+  };
+  out_t o = {.fd = fd, .len = 0};
+  for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+    out_str(&o, lines[i].label);
+    if (lines[i].label[strlen(lines[i].label) - 1] == '\n') continue; /* a heading */
+    out_num(&o, lines[i].value, 10);
+    out_str(&o, "\n");
   }
   out_flush(&o);
 }

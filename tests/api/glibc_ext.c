@@ -106,14 +106,83 @@ static void call_malloc_stats(void) {
   malloc_stats();
 }
 
+/*
+ * malloc_stats prints glibc's layout, which programs and scripts parse: "Arena 0:", its
+ * "system bytes" and "in use bytes", "Total (incl. mmap):" with the same two lines, then
+ * "max mmap regions" and "max mmap bytes", each value right-aligned in 10 columns or more.
+ */
+enum {
+  STATS_ARENA_SYSTEM,
+  STATS_ARENA_IN_USE,
+  STATS_TOTAL_SYSTEM,
+  STATS_TOTAL_IN_USE,
+  STATS_MMAP_REGIONS,
+  STATS_MMAP_BYTES,
+  STATS_VALUES
+};
+
+/* Parses the report into v[STATS_VALUES]; false (with a note) when the layout differs. */
+static int stats_parse(const char *text, unsigned long long v[STATS_VALUES]) {
+  static const char *const layout[] = {"Arena 0:",
+                                       "system bytes     = ",
+                                       "in use bytes     = ",
+                                       "Total (incl. mmap):",
+                                       "system bytes     = ",
+                                       "in use bytes     = ",
+                                       "max mmap regions = ",
+                                       "max mmap bytes   = "};
+  const char *line = text;
+  int value = 0;
+  for (size_t i = 0; i < sizeof layout / sizeof layout[0]; i++) {
+    size_t n = strlen(layout[i]);
+    if (strncmp(line, layout[i], n) != 0) {
+      NOTE("  malloc_stats line %zu: wanted \"%s\", got: %.60s\n", i + 1, layout[i], line);
+      return 0;
+    }
+    line += n;
+    if (layout[i][n - 1] == ' ') {
+      char *end;
+      if (strspn(line, " ") + strcspn(line + strspn(line, " "), "\n") < 10) return 0;
+      v[value++] = strtoull(line, &end, 10);
+      if (end == line) return 0;
+      line = end;
+    }
+    if (*line++ != '\n') return 0;
+  }
+  return *line == '\0';
+}
+
 static void test_malloc_stats(void) {
-  void *keep = malloc(opaque_size(1000));
+  unsigned long long before[STATS_VALUES], after[STATS_VALUES];
   size_t len = 0;
   char *text = capture_stderr(call_malloc_stats, &len);
-  if (len == 0) NOTE("  malloc_stats() printed nothing on stderr\n");
-  CHECK(len > 0);
+  int parsed = stats_parse(text, before);
+  if (!parsed) NOTE("  malloc_stats printed:\n%s\n", text);
+  CHECK(parsed);
   free(text);
-  free(keep);
+  /* Figures that follow the heap: held small blocks count in the arena, a big block as an
+     mmapped region (glibc: above its mmap threshold; magpie: a large block). */
+  enum { HELD = 1000 };
+  static void *held[HELD];
+  for (int i = 0; i < HELD; i++)
+    REQUIRE((held[i] = malloc(opaque_size(1000))) != NULL);
+  void *big = malloc(opaque_size(8 * MiB));
+  REQUIRE(big != NULL);
+  memset(big, 1, 8 * MiB);
+  text = capture_stderr(call_malloc_stats, &len);
+  parsed = stats_parse(text, after);
+  CHECK(parsed);
+  free(text);
+  free(big);
+  for (int i = 0; i < HELD; i++)
+    free(held[i]);
+  if (!parsed) return;
+  CHECK(after[STATS_ARENA_IN_USE] >= before[STATS_ARENA_IN_USE] + HELD * 1000ull);
+  CHECK(after[STATS_TOTAL_IN_USE] >= after[STATS_ARENA_IN_USE] + 8 * MiB);
+  CHECK(after[STATS_TOTAL_SYSTEM] >= after[STATS_TOTAL_IN_USE]);
+  CHECK(after[STATS_ARENA_SYSTEM] >= after[STATS_ARENA_IN_USE]);
+  CHECK(after[STATS_MMAP_REGIONS] >= 1);
+  CHECK(after[STATS_MMAP_BYTES] >= 8 * MiB);
 }
 
 /*
