@@ -10,11 +10,14 @@
  *   3. Alignment: every small class is a multiple of 16 and its slab span is a power of two
  *      aligned to its size, so an aligned request up to 256 KiB takes the first class that is
  *      a multiple of the alignment; larger alignments come from the arena's aligned allocation.
- *   4. Debug mode (debug.h): each slow path first hands the request to debug.c when debug_on;
+ *   4. Out of memory: a request that found none is tried once more after magpie gave back what
+ *      it caches and every wholly free span (cache_reclaim); then NULL with errno ENOMEM.
+ *   5. Debug mode (debug.h): each slow path first hands the request to debug.c when debug_on;
  *      the fast path never looks, and in debug mode it always misses.
  *   Names: magpie_* here are the exported magpie API; interpose.c gives them glibc's names.
  */
 #include "api.h"
+#include "cache.h"
 #include "debug.h"
 #include "export.h"
 #include "init.h"
@@ -29,6 +32,25 @@
 #include <malloc.h>
 #include <string.h>
 
+/* size bytes aligned to align (a power of two; 1: the default) from the first class that is
+   a multiple of it, or the large path. */
+static void *alloc_once(size_t size, size_t align, bool zero) {
+  if (size <= SC_SMALL_MAX && align <= SC_SMALL_MAX) {
+    unsigned c = sc_of(size > align ? size : align);
+    while (sc_info[c].size & (align - 1))
+      c++; /* the 256 KiB class is a multiple of any align */
+    return mag_malloc(c, size);
+  }
+  return large_alloc(size ? size : 1, align > OS_PAGE ? align : OS_PAGE, zero);
+}
+
+/* alloc_once, and once more when it found no memory and magpie gave some back. */
+static void *alloc_fresh(size_t size, size_t align, bool zero) {
+  void *p = alloc_once(size, align, zero);
+  if (!p && cache_reclaim(size)) p = alloc_once(size, align, zero); /* errno set if NULL */
+  return p;
+}
+
 void *malloc_slow(size_t size) {
   magpie_init(); /* debug_on must be known before the first block */
   if (debug_on) return debug_alloc(size, 0, DEBUG_MALLOC, false);
@@ -37,8 +59,7 @@ void *malloc_slow(size_t size) {
     void *p = sample_maybe(size, weight);
     if (p) return p;
   }
-  if (size <= SC_SMALL_MAX) return mag_malloc(sc_of(size), size);
-  return large_alloc(size, OS_PAGE, false);
+  return alloc_fresh(size, 1, false);
 }
 
 void *malloc_slow_kind(size_t size, size_t align, int kind) {
@@ -116,7 +137,7 @@ MAGPIE_EXPORT void *magpie_calloc(size_t n, size_t size) {
   }
   magpie_init();
   if (debug_on) return debug_alloc(total, 0, DEBUG_MALLOC, true);
-  if (total > SC_SMALL_MAX) return large_alloc(total, OS_PAGE, true);
+  if (total > SC_SMALL_MAX) return alloc_fresh(total, 1, true);
   void *p = fast_malloc(total);
   if (p) memset(p, 0, total);
   return p;
@@ -161,13 +182,7 @@ void *api_memalign(size_t align, size_t size) {
   magpie_init();
   if (debug_on) return debug_alloc(size, align, DEBUG_MALLOC, false);
   if (align <= 16) return fast_malloc(size);
-  if (size <= SC_SMALL_MAX && align <= SC_SMALL_MAX) {
-    unsigned c = sc_of(size > align ? size : align);
-    while (sc_info[c].size & (align - 1))
-      c++; /* the 256 KiB class is a multiple of any align */
-    return mag_malloc(c, size);
-  }
-  return large_alloc(size ? size : 1, align, false); /* size 0: still a unique block */
+  return alloc_fresh(size, align, false); /* size 0: still a unique block */
 }
 
 MAGPIE_EXPORT void *magpie_aligned_alloc(size_t align, size_t size) {
@@ -234,7 +249,7 @@ struct mallinfo2 api_mallinfo2(void) {
 }
 
 void api_malloc_stats(void) {
-  stats_write(2, MAGPIE_STATS_TEXT);
+  stats_write_glibc(2); /* magpie's own report: MAGPIE_OPTIONS=stats, magpie run --stats */
 }
 
 int api_malloc_info(int options, FILE *fp) {

@@ -21,7 +21,8 @@
  *      it purges every dirty page. Small programs never get the thread (a thread of its own can
  *      surprise a program: unshare(CLONE_NEWUSER) needs a single-threaded process), nor does
  *      the child of a multithreaded fork; option reaper=0 keeps it away altogether.
- *      cache_trim gives back everything free at once.
+ *      cache_trim gives back everything free at once; cache_reclaim, after an allocation found
+ *      no memory, gives back every cached object and wholly free span for one more try.
  *   4. Object-cache ids index the threads' slot tables (mag.c); ids are reused after destroy.
  *   Lock order (fork takes them all in this order): the statistics lock (stats.c),
  *   cache_list_lock, mag_registry_lock, each
@@ -150,6 +151,12 @@ size_t cache_trim(void) {
   return cache_reap(true, 0);
 }
 
+bool cache_reclaim(size_t size) {
+  if (size > os_mapped_bytes()) return false; /* all magpie holds could not make room for it */
+  mag_flush_self();
+  return cache_reap(true, SIZE_MAX) > 0; /* spans released: purging frees no address space */
+}
+
 /* ---- the public object-cache API ---- */
 
 MAGPIE_EXPORT magpie_cache_t *magpie_cache_create(const char *name, size_t size, size_t align,
@@ -197,6 +204,7 @@ MAGPIE_EXPORT void *magpie_cache_alloc(magpie_cache_t *cache, int flags) {
     return s->mags.loaded->rounds[--s->mags.loaded->n];
   }
   void *obj = mag_cache_alloc(cp);
+  if (!obj && cache_reclaim(cp->size)) obj = mag_cache_alloc(cp);
   if (!obj) {
     if (flags & MAGPIE_NOFAIL)
       report_fatal("magpie_cache_alloc failed with MAGPIE_NOFAIL", cp, cp->size);

@@ -66,6 +66,9 @@ void cache_init(void);
 void cache_reap_tick(void);
 /* Returns everything free to the OS (malloc_trim); returns the bytes given back. */
 size_t cache_trim(void);
+/* After an allocation of size bytes found no memory: this thread's magazines, the depots'
+   surplus and every wholly free span go back; true when something did, worth one more try. */
+bool cache_reclaim(size_t size);
 void cache_fork_prepare(void);
 void cache_fork_parent(void);
 void cache_fork_child(void);
