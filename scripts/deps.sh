@@ -4,10 +4,14 @@ set -e
 need=""
 # The tests run Debian's own python3 (/usr/bin/python3), whatever else is on PATH.
 for pair in cmake:cmake gcc:gcc g++:g++ make:make /usr/bin/python3:python3 sqlite3:sqlite3 \
-            git:git valgrind:valgrind clang-format:clang-format; do
+            git:git valgrind:valgrind clang-format:clang-format clang:clang; do
   cmd=${pair%%:*}; pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || need="$need $pkg"
 done
+# The fuzz target (tests/fuzz) links libFuzzer, which is in compiler-rt: Debian's clang only
+# recommends it.
+ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1 ||
+  need="$need libclang-rt-dev"
 [ -n "$need" ] || exit 0
 echo "deps: installing$need"
 if [ "$(id -u)" != 0 ]; then
