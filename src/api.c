@@ -47,7 +47,8 @@ static void *alloc_once(size_t size, size_t align, bool zero) {
 /* alloc_once, and once more when it found no memory and magpie gave some back. */
 static void *alloc_fresh(size_t size, size_t align, bool zero) {
   void *p = alloc_once(size, align, zero);
-  if (!p && cache_reclaim(size)) p = alloc_once(size, align, zero); /* errno set if NULL */
+  if (!p && cache_reclaim(size)) p = alloc_once(size, align, zero);
+  if (!p) errno = ENOMEM; /* what the reclaim called may have set another */
   return p;
 }
 

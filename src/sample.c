@@ -54,6 +54,7 @@ typedef struct slot {
 } slot_t;
 
 static lock_t sample_lock = LOCK_INIT;
+static uint64_t sample_allocs, sample_frees, sample_live; /* blocks and live bytes (sample_lock) */
 static char *pool; /* [guard][slot 0][guard][slot 1]...[guard] */
 static slot_t slots[SAMPLE_SLOTS];
 static int free_head = -1, free_tail = -1; /* slots to hand out, least recently freed first */
@@ -124,6 +125,8 @@ void *sample_maybe(size_t size, unsigned weight) {
   memset((char *)s->user + size, SAMPLE_SLACK_BYTE,
          (size_t)(slot_page(i) + OS_PAGE) - s->user - size);
   pagemap_set((uintptr_t)slot_page(i), OS_PAGE, (uintptr_t)i << 7 | PM_TAG_SAMPLE);
+  sample_allocs++;
+  sample_live += size;
   lock_release(&sample_lock);
   return (void *)s->user;
 }
@@ -183,6 +186,8 @@ void sample_free(void *p, uintptr_t entry) {
   if (!kind) {
     int i = (int)(entry >> 7);
     s->state = SLOT_FREED;
+    sample_frees++;
+    sample_live -= s->size;
     s->free_tid = os_thread_id();
     memcpy(s->free_stack, stack, sizeof stack);
     s->free_n = depth;
@@ -196,6 +201,14 @@ void sample_free(void *p, uintptr_t entry) {
   }
   lock_release(&sample_lock);
   if (kind) sample_report(kind, p, &copy, detail);
+}
+
+void sample_totals(uint64_t *allocs, uint64_t *frees, uint64_t *live_bytes) {
+  lock_acquire(&sample_lock);
+  *allocs = sample_allocs;
+  *frees = sample_frees;
+  *live_bytes = sample_live;
+  lock_release(&sample_lock);
 }
 
 void sample_fork_prepare(void) {

@@ -15,6 +15,8 @@ void sample_free(void *p, uintptr_t entry);
 size_t sample_size(void *p, uintptr_t entry);
 /* A fresh countdown: about N allocations, jittered so threads do not sample in step. */
 int64_t sample_countdown(void);
+/* Sampled blocks (they bypass the per-thread counters), for statistics. */
+void sample_totals(uint64_t *allocs, uint64_t *frees, uint64_t *live_bytes);
 /* fork.c's handlers: sample_lock is held across fork, in fork.c's lock order, and reset in the
    child, so a thread inside sample_maybe or sample_free at the fork cannot leave it held there. */
 void sample_fork_prepare(void);

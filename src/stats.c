@@ -21,6 +21,7 @@
 #include "options.h"
 #include "os.h"
 #include "report.h"
+#include "sample.h"
 #include "slab.h"
 
 #include <string.h>
@@ -47,13 +48,14 @@ static void stats_fill(stats_summary_t *s, const mag_totals_t *t) {
     s->frees += t->frees[c];
     if (t->allocs[c] > t->frees[c]) s->live_bytes += (t->allocs[c] - t->frees[c]) * sc_info[c].size;
   }
-  if (debug_on) { /* debug mode serves every block itself */
-    uint64_t allocs, frees, live;
+  uint64_t allocs, frees, live;
+  if (debug_on) /* debug mode serves every block itself */
     debug_totals(&allocs, &frees, &live);
-    s->allocs += allocs;
-    s->frees += frees;
-    s->live_bytes += live;
-  }
+  else /* sampled blocks bypass the threads' counters too */
+    sample_totals(&allocs, &frees, &live);
+  s->allocs += allocs;
+  s->frees += frees;
+  s->live_bytes += live;
   s->large_allocs = t->large_allocs;
   s->large_frees = t->large_frees;
   s->allocs += t->large_allocs;
