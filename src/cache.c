@@ -24,9 +24,7 @@
  *      cache_trim gives back everything free at once; cache_reclaim, after an allocation found
  *      no memory, gives back every cached object and wholly free span for one more try.
  *   4. Object-cache ids index the threads' slot tables (mag.c); ids are reused after destroy.
- *   Lock order (fork takes them all in this order): the statistics lock (stats.c),
- *   cache_list_lock, mag_registry_lock, each
- *   cache's depot lock then slab lock, the heap arena, the metadata pools.
+ *   Lock order: the one list in fork.c.
  */
 #include "cache.h"
 #include "depot.h"

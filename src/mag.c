@@ -70,8 +70,8 @@
  *      it goes back to its slab, and the thread (CPU) gets an empty magazine for its next
  *      frees. A consumer that never allocates pays one slab trip per class, and a thread whose
  *      magazines were reaped one per class it frees in again.
- *   Lock order: mag_registry_lock, a tcache's or a CPU's lock, then depot locks, then slab
- *   locks.
+ *   Lock order: fork.c's list (mag_registry_lock, then a tcache's or a CPU's lock, then depot
+ *   and slab locks).
  */
 #include "mag.h"
 #include "depot.h"

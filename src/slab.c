@@ -25,7 +25,7 @@
  *   5. A slab whose objects have all come back is freed at once: the span goes to the arena,
  *      which decides when pages go back to the kernel. Partial slabs are served first-listed
  *      first, so the slabs that fill last are the ones that empty.
- *   Lock order: slab_lock, then the heap arena's lock, then metadata pools.
+ *   Lock order: fork.c's list (slab_lock, then the heap arena's lock, then metadata pools).
  */
 #include "slab.h"
 #include "meta.h"
