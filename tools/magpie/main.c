@@ -1,0 +1,126 @@
+/* magpie: the command-line front end. `magpie run [--stats] [--json] [--] PROGRAM ARGS...` runs
+ * PROGRAM with libmagpie.so preloaded and, with --stats, reports what the allocator saw. This
+ * file holds the usage text, the argument parsing and the order of one run; the work is done
+ * by the modules below it, each calling only further down:
+ *   main -> run (fork, exec, signals, finding the library)
+ *        -> report (text and JSON) -> stats (the library's stats file) -> json (the scanner)
+ *        -> tmpdir (the directory the stats files go to)
+ * and tool.h (exit statuses, error messages) beneath them all. The tool exits with PROGRAM's
+ * status, like a shell; its own failures use the statuses listed in tool.h. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "report.h"
+#include "run.h"
+#include "tmpdir.h"
+#include "tool.h"
+
+#ifndef MAGPIE_VERSION
+#define MAGPIE_VERSION "0.1.0"
+#endif
+
+static const char usage_text[] =
+    "Usage: magpie run [--stats] [--json] [--] PROGRAM [ARGS...]\n"
+    "       magpie version\n"
+    "       magpie --help\n"
+    "\n"
+    "magpie run starts PROGRAM with the magpie allocator (" LIBRARY_NAME ", found beside\n"
+    "this executable) preloaded in place of the system malloc, waits for it, and exits\n"
+    "with its exit status (128+N if signal N killed it).\n"
+    "\n"
+    "Options of run:\n"
+    "  --stats     when PROGRAM ends, print a report on stderr: allocations, frees,\n"
+    "              bytes requested, peak live bytes, peak RSS, peak mapped bytes and\n"
+    "              the busiest size classes\n"
+    "  --json      print the report as one JSON object instead (implies --stats)\n"
+    "  --          end of options; what follows is PROGRAM and its arguments\n"
+    "  -h, --help  show this help\n"
+    "\n"
+    "Environment:\n"
+    "  MAGPIE_OPTIONS  allocator options (name=value,...), passed on to PROGRAM\n"
+    "  LD_PRELOAD      kept; " LIBRARY_NAME " is put in front of it\n"
+    "\n"
+    "Exit status: PROGRAM's; 2 usage error; 125 magpie itself failed;\n"
+    "126 PROGRAM could not be executed; 127 PROGRAM was not found.\n"
+    "\n"
+    "Example:\n"
+    "  magpie run --stats -- python3 -c 'print(len([str(i) for i in range(10**6)]))'\n";
+
+static void usage(FILE *out) {
+  fputs(usage_text, out);
+}
+
+static int usage_error(const char *fmt, const char *what) __attribute__((format(printf, 1, 0)));
+static int usage_error(const char *fmt, const char *what) {
+  fputs("magpie: ", stderr);
+  fprintf(stderr, fmt, what);
+  fputs("\nTry 'magpie --help' for usage.\n", stderr);
+  return EXIT_USAGE;
+}
+
+static int cmd_run(int argc, char **argv) {
+  int stats = 0, json = 0, i;
+  for (i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--") == 0) {
+      i++;
+      break;
+    }
+    if (a[0] != '-' || a[1] == '\0') break;
+    if (strcmp(a, "--stats") == 0) {
+      stats = 1;
+    } else if (strcmp(a, "--json") == 0) {
+      stats = json = 1;
+    } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      usage(stdout);
+      return 0;
+    } else {
+      return usage_error("unknown option '%s' for run", a);
+    }
+  }
+  if (i >= argc) return usage_error("%s", "run: no PROGRAM given");
+
+  char lib[PATH_MAX], dir[PATH_MAX];
+  if (find_library(lib, sizeof lib) < 0) return EXIT_TOOL_FAILED;
+  if (stats && make_stats_dir(dir, sizeof dir) < 0) return EXIT_TOOL_FAILED;
+
+  run_result_t r;
+  memset(&r, 0, sizeof r);
+  r.program = argv[i];
+  int rc = run_program(argv + i, lib, stats ? dir : NULL, &r);
+  if (rc == 0 && r.exec_errno) {
+    if (r.exec_errno == ENOENT)
+      error("%s: program not found", r.program);
+    else
+      error("cannot run %s: %s", r.program, strerror(r.exec_errno));
+  }
+  if (stats) {
+    if (rc == 0) {
+      r.children = count_other_stats(dir, r.pid);
+      report_stats(&r, dir, json);
+    }
+    remove_stats_dir(dir);
+  }
+  return rc < 0 ? EXIT_TOOL_FAILED : r.exit_status;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+    printf("magpie %s\n", MAGPIE_VERSION);
+    return 0;
+  }
+  if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
+  if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);
+  return usage_error("unknown command '%s'", cmd);
+}
