@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-FORMATTED = src/*.c src/*.h src/*.cc include/*.h tests/unit/*.c tests/unit/*.h
+FORMATTED = src/*/*.c src/*/*.h src/*/*.cc include/*.h tests/unit/*.c tests/unit/*.h
 
 .PHONY: all deps test demo bench format format-check clean
 all: deps

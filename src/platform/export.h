@@ -1,7 +1,10 @@
-/* The library is built with -fvisibility=hidden; the public API is marked with MAGPIE_EXPORT. */
+/* Symbol visibility and branch hints. The library is built with -fvisibility=hidden; the public
+   API is marked with MAGPIE_EXPORT. */
 #ifndef MAGPIE_EXPORT_H
 #define MAGPIE_EXPORT_H
 #define MAGPIE_EXPORT __attribute__((visibility("default")))
 /* Internal data the fast path reads: hidden, so it is addressed directly, not through the GOT. */
 #define MAGPIE_HIDDEN __attribute__((visibility("hidden")))
+/* The expected outcome of a test on a fast path. */
+#define MP_LIKELY(x) __builtin_expect(!!(x), 1)
 #endif

@@ -1,7 +1,8 @@
 /*
  * cache: one object cache = a slab layer + a depot (+ the magazines threads hold for it).
  * malloc's size classes are caches without constructors; magpie_cache_create makes others.
- * The structure is shared by slab.c, depot.c, mag.c and cache.c; each field says who owns it.
+ * The structure is shared by slab.c, depot.c, mag.c and front/caches.c; each field says who
+ * owns it.
  */
 #ifndef MAGPIE_CACHE_H
 #define MAGPIE_CACHE_H
@@ -61,16 +62,8 @@ typedef struct cache {
 
 extern cache_t malloc_caches[]; /* [1..SC_COUNT]: malloc's size classes */
 
-void cache_init(void);
-/* Runs the periodic reap when reap_ms has passed since the last one (any thread's slow path). */
-void cache_reap_tick(void);
-/* Returns everything free to the OS (malloc_trim); returns the bytes given back. */
-size_t cache_trim(void);
-/* After an allocation of size bytes found no memory: this thread's magazines, the depots'
-   surplus and every wholly free span go back; true when something did, worth one more try. */
-bool cache_reclaim(size_t size);
-void cache_fork_prepare(void);
-void cache_fork_parent(void);
-void cache_fork_child(void);
+/* Sets up cp for objects of stride bytes (a multiple of their alignment), tagged tag in the
+   page map (a class number, or PM_TAG_CACHE): its slab geometry, locks and depot. */
+void cache_setup(cache_t *cp, const char *name, size_t stride, uintptr_t tag);
 
 #endif

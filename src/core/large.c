@@ -19,12 +19,10 @@
  *      of its own is remapped, so growing a many-MiB vector copies no bytes.
  */
 #include "large.h"
-#include "init.h"
 #include "mag.h"
 #include "options.h"
 #include "pagemap.h"
 #include "slab.h"
-#include "stats.h"
 
 #include <errno.h>
 #include <string.h>
@@ -53,22 +51,15 @@ void large_peaks(size_t *blocks, size_t *bytes) {
   *bytes = __atomic_load_n(&large_live_peak, __ATOMIC_RELAXED);
 }
 
-static void raise_peak(size_t *peak, size_t now) {
-  size_t seen = __atomic_load_n(peak, __ATOMIC_RELAXED);
-  while (now > seen &&
-         !__atomic_compare_exchange_n(peak, &seen, now, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-  }
-}
-
 static void large_account(size_t bytes, int sign) {
   if (sign > 0) {
-    raise_peak(&large_live_peak, __atomic_add_fetch(&large_live, bytes, __ATOMIC_RELAXED));
-    raise_peak(&large_blocks_peak, __atomic_add_fetch(&large_blocks, 1, __ATOMIC_RELAXED));
+    mag_raise_peak(&large_live_peak, __atomic_add_fetch(&large_live, bytes, __ATOMIC_RELAXED));
+    mag_raise_peak(&large_blocks_peak, __atomic_add_fetch(&large_blocks, 1, __ATOMIC_RELAXED));
   } else {
     __atomic_sub_fetch(&large_live, bytes, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&large_blocks, 1, __ATOMIC_RELAXED);
   }
-  stats_held_add(sign > 0 ? (ptrdiff_t)bytes : -(ptrdiff_t)bytes);
+  mag_held_add(sign > 0 ? (ptrdiff_t)bytes : -(ptrdiff_t)bytes);
 }
 
 void *large_alloc(size_t size, size_t align, bool zero) {
@@ -76,7 +67,6 @@ void *large_alloc(size_t size, size_t align, bool zero) {
     errno = ENOMEM;
     return NULL;
   }
-  magpie_init(); /* a large block can be a process's first allocation */
   bool clean;
   size_t bytes = (size + OS_PAGE - 1) & ~(OS_PAGE - 1);
   void *p = vmem_alloc(&heap_arena, bytes, align, bytes >= opt.large_own ? VMEM_OWN : 0, &clean);

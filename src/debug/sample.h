@@ -13,8 +13,6 @@ void *sample_maybe(size_t size, unsigned weight);
 /* free, usable size of a block whose page-map entry carries PM_TAG_SAMPLE. */
 void sample_free(void *p, uintptr_t entry);
 size_t sample_size(void *p, uintptr_t entry);
-/* A fresh countdown: about N allocations, jittered so threads do not sample in step. */
-int64_t sample_countdown(void);
 /* Sampled blocks (they bypass the per-thread counters), for statistics. */
 void sample_totals(uint64_t *allocs, uint64_t *frees, uint64_t *live_bytes);
 /* fork.c's handlers: sample_lock is held across fork, in fork.c's lock order, and reset in the

@@ -103,6 +103,17 @@ extern tcache_t tcache_boot, tcache_dead;
 extern MAGPIE_HIDDEN uintptr_t mag_secret; /* the free marker of block p is p ^ mag_secret */
 
 void mag_init(void);
+/* Called at the start of every miss that goes past the thread's or CPU's magazines, outside
+   any lock; the front layer sets it (the periodic reap) at bring-up. */
+extern void (*mag_miss_hook)(void);
+/* Bytes handed to the program or held in magazines: +/- delta at each magazine movement and
+   large block; its high-water mark bounds the peak of live bytes from above. */
+void mag_held_add(ptrdiff_t delta);
+size_t mag_held_peak(void);
+void mag_raise_peak(size_t *peak, size_t now); /* *peak = max(*peak, now), atomically */
+/* A fresh sampling countdown: about opt.sample allocations, jittered so threads do not sample
+   in step (debug/sample.c draws the samples). */
+int64_t mag_sample_countdown(void);
 void *mag_malloc(unsigned c, size_t size); /* the slow path of class c */
 void mag_free(unsigned c, void *p);        /* the slow path, with the checks */
 void mag_thread_exit(void *tc);

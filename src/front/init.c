@@ -19,7 +19,7 @@
  *      the destructor runs.
  */
 #include "init.h"
-#include "cache.h"
+#include "caches.h"
 #include "debug.h"
 #include "fork.h"
 #include "mag.h"

@@ -5,9 +5,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Bytes handed to the program (or held in its threads' magazines): +/- delta. */
-void stats_held_add(ptrdiff_t delta);
-
 typedef struct stats_summary {
   uint64_t allocs, frees, bytes_requested, live_bytes, peak_live_bytes;
   uint64_t mapped_bytes, peak_mapped_bytes, large_allocs, large_frees, large_live_bytes;

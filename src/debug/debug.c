@@ -38,7 +38,6 @@
 #include "cache.h"
 #include "debug_impl.h"
 #include "mag.h"
-#include "init.h"
 #include "large.h"
 #include "os.h"
 #include "pagemap.h"

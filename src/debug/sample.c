@@ -89,16 +89,12 @@ static bool pool_create(void) {
   return true;
 }
 
-int64_t sample_countdown(void) {
-  return opt.sample ? (int64_t)(opt.sample / 2 + os_random() % (opt.sample + 1)) : 0;
-}
-
 void *sample_maybe(size_t size, unsigned weight) {
   tcache_t *tc = mag_tls;
   if (!opt.sample || size > SAMPLE_SIZE_MAX || tc == &tcache_boot || tc == &tcache_dead)
     return NULL;
   if ((tc->sample_left -= (int64_t)weight) > 0) return NULL;
-  tc->sample_left = sample_countdown();
+  tc->sample_left = mag_sample_countdown();
   uintptr_t stack[SAMPLE_DEPTH];
   int depth = report_capture(stack, SAMPLE_DEPTH);
   lock_acquire(&sample_lock);

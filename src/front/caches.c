@@ -1,18 +1,12 @@
 /*
- * cache: the caches themselves - malloc's size classes and the public object caches - and
- * what is done to all of them at once: reaping, trimming, fork.
+ * caches: the caches as a whole - malloc's size classes and the public object caches - and
+ * what is done to all of them at once: bring-up, reaping, trimming, reclaiming, fork.
  *
  * Theory
  *   1. A cache is a slab layer plus a depot (cache.h). malloc's 72 size classes are static
  *      caches without constructors; magpie_cache_create makes object caches with them, whose
  *      slabs carry PM_TAG_CACHE in the page map so free() refuses their objects.
- *   2. Magazine size: a cache starts with magazines of about MAG_BYTES_START of objects, 32..64
- *      rounds (64 up to 128-byte blocks, 32 above; fewer where 32 would hold more than
- *      MAG_BYTES_MAX, at least 2), and its depot may double them under contention up to
- *      MAG_BYTES_MAX (at most 256 rounds). Slow start (mag.c theory 8) keeps a thread that uses
- *      a class a little from reserving a magazine's worth; 32 rounds and more keep one that
- *      churns batches of a few dozen blocks a class off the depot and its loaded and previous
- *      magazines from trading places every batch (docs/design.md).
+ *   2. Each cache is set up by core/cache.c (its slab geometry and magazine size).
  *   3. Reaping: at most once per reap_ms, each depot returns the magazines its working set did
  *      not need to the slabs (empty slabs go to the arena) and the arena purges its dirty pages
  *      above `retain`. Until the heap maps REAPER_START_BYTES, the first slow path to notice
@@ -26,10 +20,9 @@
  *   4. Object-cache ids index the threads' slot tables (mag.c); ids are reused after destroy.
  *   Lock order: the one list in fork.c.
  */
-#include "cache.h"
+#include "caches.h"
 #include "depot.h"
 #include "export.h"
-#include "fastpath.h"
 #include "init.h"
 #include "mag.h"
 #include "meta.h"
@@ -42,12 +35,8 @@
 #include <errno.h>
 #include <string.h>
 
-#define MAG_BYTES_START ((size_t)8 << 10)   /* objects in a first magazine, in 32..64 rounds */
-#define MAG_BYTES_MAX ((size_t)256 << 10)   /* but no more than this (2 rounds at least) */
 #define OBJECT_SIZE_MAX ((size_t)1 << 20)   /* object caches: spans of 8 such objects are 8 MiB */
 #define OBJECT_ALIGN_MAX ((size_t)64 << 10) /* spans are aligned to at least this */
-
-cache_t malloc_caches[SC_COUNT + 1];
 
 static lock_t cache_list_lock = LOCK_INIT;
 static cache_t *cache_list;                 /* object caches (cache_list_lock) */
@@ -62,33 +51,8 @@ static int reaper_state;         /* REAPER_NONE, _RUNNING or _INLINE (atomic) */
 #define REAPER_IDLE_TICKS 2 /* quiet intervals before every dirty page goes */
 enum { REAPER_NONE, REAPER_RUNNING, REAPER_INLINE }; /* _INLINE: slow paths reap, no thread */
 
-static uint32_t pow2_floor(size_t v) {
-  return v ? (uint32_t)1 << (63 - __builtin_clzl(v)) : 0;
-}
-
-static uint32_t clamp_rounds(size_t v, uint32_t lo, uint32_t hi) {
-  uint32_t r = pow2_floor(v);
-  return r < lo ? lo : r > hi ? hi : r;
-}
-
-static void cache_setup(cache_t *cp, const char *name, size_t stride, uintptr_t tag) {
-  size_t n = strlen(name);
-  if (n >= sizeof cp->name) n = sizeof cp->name - 1;
-  memcpy(cp->name, name, n);
-  cp->name[n] = '\0';
-  cp->size = stride;
-  cp->div_magic = UINT64_MAX / stride + 1;
-  cp->span = sc_span_for(stride);
-  cp->per_slab = (uint32_t)(cp->span / stride);
-  cp->tag = tag;
-  lock_init(&cp->slab_lock);
-  uint32_t start = clamp_rounds(MAG_BYTES_START / stride, 32, 64);
-  start = clamp_rounds(MAG_BYTES_MAX / stride, 2, start);
-  if (opt.mag_rounds) start = clamp_rounds(opt.mag_rounds, 1, MAG_CAP_MAX);
-  depot_init(cp, start, clamp_rounds(MAG_BYTES_MAX / stride, start, MAG_CAP_MAX));
-}
-
 void cache_init(void) {
+  mag_miss_hook = cache_reap_tick;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
     cache_setup(&malloc_caches[c], "malloc", sc_info[c].size, c);
     malloc_caches[c].id = c;
@@ -145,6 +109,7 @@ void cache_reap_tick(void) {
 }
 
 size_t cache_trim(void) {
+  magpie_init(); /* malloc_trim may come first */
   mag_flush_self();
   return cache_reap(true, 0);
 }

@@ -17,7 +17,7 @@
  *   Names: magpie_* here are the exported magpie API; interpose.c gives them glibc's names.
  */
 #include "api.h"
-#include "cache.h"
+#include "caches.h"
 #include "debug.h"
 #include "export.h"
 #include "init.h"

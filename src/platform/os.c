@@ -12,7 +12,7 @@
  *      registered an rseq area (__rseq_size; magpie never registers a second one). The
  *      possible CPU ids (what the kernel may write into an rseq area) come from sysfs.
  *   3. Accounting: os_mapped_bytes is what magpie holds from the kernel, metadata included.
- *   4. Futexes back lock.h's sleeping path; os_thread_start makes magpie's own threads.
+ *   4. Futexes back lock.c's sleeping path; os_thread_start makes magpie's own threads.
  *   5. os_fence_rseq (membarrier) restarts every restartable sequence in flight on one CPU and
  *      orders memory with it: after it, a sequence there sees what the caller stored before.
  *      os_fence_threads is the same barrier on every CPU that runs one of the process's
@@ -27,13 +27,12 @@
  */
 #define _GNU_SOURCE
 #include "os.h"
-#include "lock.h"
-#include "report.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <sched.h>
@@ -47,7 +46,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define OS_SPIN_LIMIT 100                  /* pause loops before a contended lock sleeps */
 #define OS_THREAD_STACK ((size_t)64 << 10) /* magpie's own threads only reap */
 
 extern const unsigned int __rseq_size __attribute__((weak));
@@ -89,7 +87,7 @@ void *os_map_aligned(size_t size, size_t align) {
 }
 
 void os_unmap(void *p, size_t size) {
-  if (munmap(p, size) != 0) report_fatal("munmap failed", p, size);
+  if (munmap(p, size) != 0) os_fatal("munmap of a range magpie mapped failed");
   os_account(-(ptrdiff_t)size);
 }
 
@@ -117,6 +115,14 @@ size_t os_mapped_bytes(void) {
 }
 size_t os_mapped_peak(void) {
   return __atomic_load_n(&os_mapped_max, __ATOMIC_RELAXED);
+}
+
+void os_fatal(const char *what) {
+  static const char prefix[] = "magpie: fatal: ";
+  os_write_all(2, prefix, sizeof prefix - 1);
+  os_write_all(2, what, strlen(what));
+  os_write_all(2, "\n", 1);
+  abort();
 }
 
 /* Files through raw system calls: no cancellation point (theory 6). */
@@ -185,7 +191,7 @@ static unsigned os_cgroup_cpus(void) {
 
 void os_init(void) {
   unsigned long page = getauxval(AT_PAGESZ);
-  if (page != 0 && page != OS_PAGE) report_fatal("unsupported kernel page size", NULL, page);
+  if (page != 0 && page != OS_PAGE) os_fatal("the kernel's page size is not 4 KiB");
   cpu_set_t set;
   unsigned n = 1;
   if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
@@ -381,22 +387,6 @@ size_t os_rss_bytes(void) {
   os_parse_ulong(&s);
   s++;
   return os_parse_ulong(&s) * OS_PAGE;
-}
-
-/* lock.h's slow paths live here because they sleep in the kernel. */
-__thread unsigned lock_held_here;
-
-void lock_acquire_slow(lock_t *l) {
-  for (int i = 0; i < OS_SPIN_LIMIT; i++) {
-    __builtin_ia32_pause();
-    if (__atomic_load_n(&l->state, __ATOMIC_RELAXED) == 0 && lock_take(l)) return;
-  }
-  while (__atomic_exchange_n(&l->state, 2, __ATOMIC_ACQUIRE) != 0)
-    os_futex_wait(&l->state, 2);
-}
-
-void lock_release_wake(lock_t *l) {
-  os_futex_wake(&l->state, 1);
 }
 
 bool os_stdio_lock(void) {

@@ -11,6 +11,9 @@
 #define OS_LINE ((size_t)64) /* the cache line of the machines magpie supports */
 
 void os_init(void);
+/* An error magpie cannot go on from, below where reports can be written (diag/report.h):
+   "magpie: fatal: what" on stderr, then abort. */
+__attribute__((noreturn)) void os_fatal(const char *what);
 void *os_map(size_t size);                       /* zeroed, page aligned; NULL on failure */
 void *os_map_aligned(size_t size, size_t align); /* align: a power of two >= OS_PAGE */
 void os_unmap(void *p, size_t size);

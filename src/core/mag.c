@@ -75,17 +75,14 @@
  */
 #include "mag.h"
 #include "depot.h"
-#include "fastpath.h"
-#include "init.h"
+#include "mag_fast.h"
 #include "meta.h"
 #include "options.h"
 #include "os.h"
 #include "pagemap.h"
 #include "report.h"
 #include "rseq.h"
-#include "sample.h"
 #include "slab.h"
-#include "stats.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -156,6 +153,32 @@ static char *mag_cpu_thread(unsigned live) {
   return NULL;
 }
 
+static void mag_no_hook(void) {}
+
+void (*mag_miss_hook)(void) = mag_no_hook;
+
+static size_t mag_held;      /* bytes handed out or in magazines (atomic) */
+static size_t mag_held_most; /* its high-water mark (atomic) */
+
+void mag_raise_peak(size_t *peak, size_t now) {
+  size_t seen = __atomic_load_n(peak, __ATOMIC_RELAXED);
+  while ((ptrdiff_t)now > 0 && now > seen &&
+         !__atomic_compare_exchange_n(peak, &seen, now, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
+void mag_held_add(ptrdiff_t delta) {
+  mag_raise_peak(&mag_held_most, __atomic_add_fetch(&mag_held, (size_t)delta, __ATOMIC_RELAXED));
+}
+
+size_t mag_held_peak(void) {
+  return __atomic_load_n(&mag_held_most, __ATOMIC_RELAXED);
+}
+
+int64_t mag_sample_countdown(void) {
+  return opt.sample ? (int64_t)(opt.sample / 2 + os_random() % (opt.sample + 1)) : 0;
+}
+
 void mag_init(void) {
   mag_cpu_init();
 #ifndef __SANITIZE_THREAD__ /* ThreadSanitizer cannot see the fence's ordering (rseq.h) */
@@ -167,7 +190,6 @@ void mag_init(void) {
 
 /* Makes the calling thread's tcache; falls back to tcache_dead when memory is exhausted. */
 static tcache_t *mag_thread_start(void) {
-  magpie_init();
   lock_acquire(&mag_registry_lock);
   char *cpus = mag_cpu_thread(mag_threads_live + 1);
   tcache_t *tc = meta_alloc(cpus ? &tcache_cpu_pool : &tcache_pool);
@@ -179,7 +201,7 @@ static tcache_t *mag_thread_start(void) {
   tc->cpus = cpus;
   for (unsigned c = 0; c <= SC_COUNT && !cpus; c++)
     tc->cls.own[c].mags = (tclass_t)TCLASS_EMPTY;
-  tc->sample_left = sample_countdown();
+  tc->sample_left = mag_sample_countdown();
   tc->stack = (uintptr_t)__builtin_frame_address(0);
   tc->next = mag_registry.next;
   tc->prev = &mag_registry;
@@ -284,7 +306,7 @@ static mag_t *mag_slab_fill(cache_t *cp, mag_t *p, bool cpu) {
   p->n = slab_alloc(cp, p->rounds, fill, first_fill);
   if (cpu) mag_spread_lines(p->rounds, p->n);
   if (p->n) p->fill = 2 * fill; /* slow start: a thread that keeps missing gets more */
-  stats_held_add((ptrdiff_t)(p->n * cp->size));
+  mag_held_add((ptrdiff_t)(p->n * cp->size));
   return p;
 }
 
@@ -300,7 +322,7 @@ static void *mag_alloc_refill(cache_t *cp, tclass_t *t, bool cpu) {
   if (p->n == 0) {
     mag_t *full = depot_alloc_exchange(cp, p);
     t->prev = p = full ? full : mag_slab_fill(cp, p, cpu);
-    if (full) stats_held_add((ptrdiff_t)(p->n * cp->size));
+    if (full) mag_held_add((ptrdiff_t)(p->n * cp->size));
     if (p->n == 0) return NULL;
   }
   t->prev = t->loaded;
@@ -316,7 +338,7 @@ static bool mag_free_room(cache_t *cp, tclass_t *t, void *obj) {
     size_t given = p->n * cp->size;
     mag_t *e = p == &mag_empty ? depot_empty_mag(cp) : depot_free_exchange(cp, p);
     if (!e) return false;
-    stats_held_add(-(ptrdiff_t)given);
+    mag_held_add(-(ptrdiff_t)given);
     if (t->loaded == &mag_empty) { /* and so is prev */
       t->loaded = e;
       return false;
@@ -335,7 +357,7 @@ static bool mag_free_room(cache_t *cp, tclass_t *t, void *obj) {
    call malloc and miss again. The periodic reap runs before, outside the lock: it takes other
    threads' tcache locks. */
 static lock_t *mag_miss_begin(cache_t *cp) {
-  cache_reap_tick();
+  mag_miss_hook();
   if (cp->tag == PM_TAG_CACHE) return NULL;
   tcache_t *tc = mag_tls;
   lock_acquire(&tc->lock);
@@ -363,7 +385,7 @@ static bool mag_free_miss(cache_t *cp, tclass_t *t, void *obj) {
 /* A miss on the CPU's magazines: reaps if it is time, then takes the lock of the CPU the thread
    runs on (it may move away while it holds it: mag_cpu_install checks). */
 static mag_cpu_t *mag_cpu_lock(unsigned *cpu) {
-  cache_reap_tick();
+  mag_miss_hook();
   *cpu = (unsigned)rseq_cpu(mag_rseq_area);
   mag_cpu_t *mc = mag_cpu(*cpu);
   lock_acquire(&mc->lock);
@@ -409,13 +431,13 @@ static bool mag_cpu_free(cache_t *cp, unsigned c, void *obj) {
 static void *mag_direct_alloc(cache_t *cp) {
   void *obj;
   if (slab_alloc(cp, &obj, 1, false) != 1) return NULL;
-  stats_held_add((ptrdiff_t)cp->size);
+  mag_held_add((ptrdiff_t)cp->size);
   return obj;
 }
 
 static void mag_direct_free(cache_t *cp, void *obj) {
   slab_free(cp, &obj, 1);
-  stats_held_add(-(ptrdiff_t)cp->size);
+  mag_held_add(-(ptrdiff_t)cp->size);
 }
 
 /* One object from the thread's magazines of object cache cp; s NULL: the thread has none
@@ -545,7 +567,7 @@ void mag_cache_free(cache_t *cp, void *obj) {
 /* Gives a magazine of cp (or the sentinel: nothing) to its depot. */
 static void mag_give(cache_t *cp, mag_t *m) {
   if (m == &mag_empty) return;
-  stats_held_add(-(ptrdiff_t)(m->n * cp->size));
+  mag_held_add(-(ptrdiff_t)(m->n * cp->size));
   depot_put(cp, m);
 }
 

@@ -36,7 +36,7 @@
  * order, pools in list order. Thread caches' own locks are not taken by fork: the child keeps
  * only its own and re-initialises it.
  */
-#include "cache.h"
+#include "caches.h"
 #include "debug.h"
 #include "lock.h"
 #include "os.h"

@@ -26,18 +26,6 @@
 
 #include <string.h>
 
-static size_t stats_held;      /* atomic */
-static size_t stats_held_peak; /* atomic */
-
-void stats_held_add(ptrdiff_t delta) {
-  size_t now = __atomic_add_fetch(&stats_held, (size_t)delta, __ATOMIC_RELAXED);
-  size_t peak = __atomic_load_n(&stats_held_peak, __ATOMIC_RELAXED);
-  while ((ptrdiff_t)now > 0 && now > peak &&
-         !__atomic_compare_exchange_n(&stats_held_peak, &peak, now, true, __ATOMIC_RELAXED,
-                                      __ATOMIC_RELAXED)) {
-  }
-}
-
 static mag_totals_t stats_totals_buf; /* mag_totals' result; large, so not on the stack */
 static lock_t stats_lock = LOCK_INIT; /* protects stats_totals_buf */
 
@@ -67,7 +55,7 @@ static void stats_fill(stats_summary_t *s, const mag_totals_t *t) {
   s->large_peak_bytes = peak_bytes;
   s->live_bytes += s->large_live_bytes;
   s->bytes_requested = t->bytes_requested;
-  s->peak_live_bytes = __atomic_load_n(&stats_held_peak, __ATOMIC_RELAXED);
+  s->peak_live_bytes = mag_held_peak();
   if (s->peak_live_bytes < s->live_bytes) s->peak_live_bytes = s->live_bytes;
   s->mapped_bytes = os_mapped_bytes();
   s->peak_mapped_bytes = os_mapped_peak();

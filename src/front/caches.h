@@ -1,0 +1,20 @@
+/* caches: what is done to every cache at once (bring-up, reaping, trimming, reclaiming, fork)
+   and the public object-cache API. See caches.c. */
+#ifndef MAGPIE_CACHES_H
+#define MAGPIE_CACHES_H
+
+#include "cache.h"
+
+void cache_init(void);
+/* Runs the periodic reap when reap_ms has passed since the last one (any thread's slow path). */
+void cache_reap_tick(void);
+/* Returns everything free to the OS (malloc_trim); returns the bytes given back. */
+size_t cache_trim(void);
+/* After an allocation of size bytes found no memory: this thread's magazines, the depots'
+   surplus and every wholly free span go back; true when something did, worth one more try. */
+bool cache_reclaim(size_t size);
+void cache_fork_prepare(void);
+void cache_fork_parent(void);
+void cache_fork_child(void);
+
+#endif

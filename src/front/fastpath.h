@@ -1,0 +1,79 @@
+/*
+ * fastpath: malloc and free of a small block, inline. The whole common case is here.
+ *
+ * malloc (size <= 256 KiB): the class (one table load up to 32 KiB, a few instructions above),
+ * then pop from the loaded magazine: the CPU's, in a restartable sequence (rseq.h), or the
+ * thread's own where per-CPU magazines are off (mag.c says when).
+ * free: two page-map loads give the class; the pointer must be an object start (one multiply)
+ * and must not carry the free marker (one load); push onto the loaded magazine.
+ * A thread's own loaded magazine that runs out (fills up) trades places with the previous one
+ * right here when that one has rounds (room).
+ * Anything else - both magazines empty or full, a first call, a large block, a bad pointer -
+ * takes one predictable branch to the out-of-line slow path. No lock, no atomic RMW.
+ *
+ * The free marker: a freed block's first word holds (its address ^ mag_secret); malloc
+ * clears it. Seeing it on free means the block is already free: a double free.
+ */
+#ifndef MAGPIE_FASTPATH_H
+#define MAGPIE_FASTPATH_H
+
+#include "mag_fast.h"
+#include "pagemap.h"
+#include "sizeclass.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+void *malloc_slow(size_t size); /* api.c */
+void free_slow(void *p);        /* api.c */
+/* The slow paths of C++ new and delete, which tell debug mode what they are (debug.h). */
+void *malloc_slow_kind(size_t size, size_t align, int kind);
+void free_slow_kind(void *p, size_t size, size_t align, int kind);
+#ifdef __cplusplus
+}
+#endif
+
+/* Pops a block, or returns NULL: the caller takes a slow path. */
+static inline void *fast_malloc_try(size_t size) {
+  unsigned c;
+  if (MP_LIKELY(size <= SC_LOOKUP_MAX)) /* the common sizes first: one compare, one load */
+    c = sc_lookup[(size + 15) >> 4];
+  else if (size <= SC_SMALL_MAX)
+    c = sc_of(size);
+  else
+    return NULL;
+  tcache_t *tc = mag_tls;
+  void *p = fast_pop(tc, c);
+  if (!MP_LIKELY(p != NULL)) return NULL;
+  *(uintptr_t *)p = 0;
+  STAT_ADD(tc->bytes_requested, size);
+  return p;
+}
+
+static inline void *fast_malloc(size_t size) {
+  void *p = fast_malloc_try(size);
+  return MP_LIKELY(p != NULL) ? p : malloc_slow(size);
+}
+
+/* Pushes p onto the thread's magazine, or returns 0: the caller takes a slow path. */
+static inline int fast_free_try(void *p) {
+  uintptr_t a = (uintptr_t)p, e = pagemap_get(a);
+  unsigned c = (unsigned)(e & PM_TAG_MASK);
+  if (MP_LIKELY(c - 1u < SC_COUNT)) {
+    uintptr_t marker = a ^ mag_secret;
+    if (MP_LIKELY(sc_is_object_start(c, a) && *(uintptr_t *)p != marker)) {
+      tcache_t *tc = mag_tls;
+      uintptr_t word = *(uintptr_t *)p;
+      *(uintptr_t *)p = marker; /* before the push: once pushed, p may be another thread's */
+      if (MP_LIKELY(fast_push(tc, c, p))) return 1;
+      *(uintptr_t *)p = word;
+    }
+  }
+  return 0;
+}
+
+static inline void fast_free(void *p) {
+  if (!fast_free_try(p)) free_slow(p);
+}
+
+#endif

@@ -1,0 +1,25 @@
+/*
+ * lock: the sleeping half of lock.h's futex mutex. A contended acquire spins LOCK_SPIN_LIMIT
+ * pause loops (a holder in a short critical section lets go within them), then marks the lock
+ * contended (2) and sleeps on the futex until a release wakes it; the release that finds the
+ * mark wakes one sleeper. The calling thread's count of held locks (lock_held_here) is lock.h's.
+ */
+#include "lock.h"
+#include "os.h"
+
+#define LOCK_SPIN_LIMIT 100 /* pause loops before a contended lock sleeps */
+
+__thread unsigned lock_held_here;
+
+void lock_acquire_slow(lock_t *l) {
+  for (int i = 0; i < LOCK_SPIN_LIMIT; i++) {
+    __builtin_ia32_pause();
+    if (__atomic_load_n(&l->state, __ATOMIC_RELAXED) == 0 && lock_take(l)) return;
+  }
+  while (__atomic_exchange_n(&l->state, 2, __ATOMIC_ACQUIRE) != 0)
+    os_futex_wait(&l->state, 2);
+}
+
+void lock_release_wake(lock_t *l) {
+  os_futex_wake(&l->state, 1);
+}
