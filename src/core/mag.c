@@ -1,157 +1,78 @@
 /*
- * mag: the magazine layer (Bonwick & Adams, USENIX 2001, section 3): per CPU where glibc
- * registered an rseq area, per thread otherwise. docs/design.md says why and what each costs.
+ * mag: the magazine layer (Bonwick & Adams, USENIX 2001, section 3). Every cache has, per
+ * thread or per CPU, a pair of magazines, a loaded and a previous one (mag_pair_t). This file
+ * owns the thread caches (tcache_t) and their registry, the slow paths every pair shares,
+ * malloc's and free's slow paths per class, counting, thread exit, trim and fork. The CPUs'
+ * pairs are mag_percpu.c's, the threads' pairs of object caches mag_slots.c's, and taking the
+ * pairs of idle threads and CPUs mag_reclaim.c's.
  *
  * Theory
- *   1. For every cache there is a loaded and a previous magazine, a CPU's or a thread's
- *      tcache's: a CPU's for malloc's classes in threads started while threads outnumber the
- *      CPUs (theory 3), the thread's own otherwise (and always for object caches, with
- *      percpu=0, without rseq, in ThreadSanitizer builds). Allocation pops from the loaded one,
- * free pushes onto it (fastpath.h). When the loaded magazine is empty (full), the previous one is
- * tried, and only when both are exhausted is a magazine traded with the depot: a miss costs one
- * depot trip per `cap` operations at worst, and alternating alloc/free never reaches the depot at
- * all.
+ *   1. Allocation pops from the loaded magazine, free pushes onto it (mag_fast.h). When it is
+ *      empty (full) the previous one is tried, and only when both are is a magazine traded
+ *      with the depot: a miss costs one depot trip per `cap` operations at worst, and
+ *      alternating alloc and free never reaches the depot.
  *   2. The empty-magazine trick (kmem): a thread starts on tcache_boot, whose magazines are the
- *      shared sentinel mag_empty (no rounds, no room) and which has no CPU magazines. Its first
- *      allocation misses, and the miss initialises magpie and the thread; the fast path never
- *      asks "initialised?". Fresh CPU magazines are sentinels too.
- *   3. Per CPU: pop and push are restartable sequences on the CPU's loaded magazine (rseq.h),
- *      correct against preemption, migration and signals without atomics. Everything else
- *      happens under the CPU's lock, and a slow path changes only the previous magazine (which
- *      no sequence touches) before making it the loaded one with a sequence that commits only
- *      on that CPU (mag_cpu_install). A thread that moved meanwhile leaves the CPU's loaded
- *      magazine in place and parks the new one as the previous: nothing is lost or shared.
- *      Memory is bounded by CPUs, not threads: hundreds of threads share two CPUs' magazines.
- *      But threads that take turns on a CPU get neighbouring objects from its magazines, which
- *      share cache lines once the threads run apart (thrash-t2 ran 3x slower on a busy machine):
- *      so the first percpu_threads threads (twice the CPUs) keep magazines of their own, which
- *      hand out line-aligned runs (theory 8), and only the threads beyond share the CPUs'. For
- *      those, a CPU's refill from the slab layer is dealt out a line at a time (one block of
- *      each line before a second of any; mag_spread_lines), and its first refill of a class
- *      of blocks smaller than a line covers MAG_SPREAD_RUNS lines, not one.
- *   4. Per thread: only the owner works on its magazines, without locks: it pops and pushes
- *      on the loaded one and, when that runs out or fills up, trades it for the previous one
- *      if that can serve (fast_trade; churn's batches straddled the two, and each trade under
- *      the lock cost 5% of its time). The reaper only takes them away (theory 5); the owner's
- *      slow paths, which trade with the depot, hold the tcache's lock against it. Others read
- *      its counters for statistics (see STAT_ADD in mag.h) and, under mag_registry_lock, take
- *      an object cache's magazines when that cache is destroyed (the program guarantees the
- *      cache is no longer in use then).
- *   5. Reaping idle magazines: at each reap (cache.c, at most once per reap_ms) a thread or CPU
- *      that has not missed since the last one gives its magazines to the depots, the loaded
- *      ones too. A CPU's loaded ones are replaced by the sentinel and the CPU is fenced
- *      (membarrier restarts any sequence still using one), after which they are the reaper's.
- *      A thread marks its lock-free work on its own magazines (tc->busy, fastpath.h); the
- *      reaper parks each loaded one (exchanges the sentinel in), fences every parked thread
- *      with one membarrier a batch, and then takes the parked and previous magazines from
- *      each thread that is not marked: such a thread either finished with them or will see
- *      the sentinel, with which it never trades. Where the owner traded in the window, the
- *      parked magazine is its previous one now, and stays. A marked thread gets the parked
- *      ones back. Without membarrier (or under ThreadSanitizer) threads keep their magazines
- *      until they exit or trim.
- *   6. Thread exit: a pthread key destructor gives the thread's magazines to the depots, folds
- *      its counters into mag_folded and switches the thread to tcache_dead, whose misses go
- *      straight to the slab layer for whatever the rest of thread teardown allocates.
- *   7. Counting: each thread counts its own allocations and frees, in either mode: 64-bit
- *      counts beside its own magazines; 32-bit ones for a thread on per-CPU magazines (half
- *      the tcache of each of hundreds of threads), moved into mag_folded by the owner when the
- *      top bit of one is set, under the registry lock, so no count wraps. Held bytes
- *      (objects out of the slab layer, in magazines or live) are counted at each magazine
- *      movement, a close upper bound of live bytes kept without any fast-path cost.
- *   8. Slow start: a magazine refilled from the slab layer takes one cache line's worth of
- *      objects the first time (mag_fill_start) and twice as many each time after, up to its
- *      size; a first magazine of a class holds only that many rounds and is traded for a
- *      full-size one once outgrown. A thread that allocates a few objects of a class so
- *      reserves a few objects and a few words. The first refill takes never-used objects where
- *      the slab has them (slab.c theory 2), so the run shares no line with other threads' blocks.
- *   9. Passive false sharing (Hoard's cache-scratch): a block freed by a thread, or on a CPU,
- *      holding no magazine of its class was allocated elsewhere, most likely next to blocks
- *      that other threads still write; kept, it would be the next block handed out there. So
- *      it goes back to its slab, and the thread (CPU) gets an empty magazine for its next
- *      frees. A consumer that never allocates pays one slab trip per class, and a thread whose
- *      magazines were reaped one per class it frees in again.
- *   Lock order: fork.c's list (mag_registry_lock, then a tcache's or a CPU's lock, then depot
- *   and slab locks).
+ *      shared sentinel mag_empty (no rounds, no room). Its first allocation misses and the miss
+ *      makes its tcache: the fast path never asks "initialised?". At exit (a pthread key's
+ *      destructor) its magazines go to the depots, its counts into mag_folded, and the thread
+ *      moves to tcache_dead, whose misses go straight to the slab layer.
+ *   3. Only the owner works on its own pairs, without locks, but for the reaper, which takes
+ *      those of an idle thread (mag_reclaim.c), and mag_cache_drain, which takes a destroyed
+ *      object cache's (mag_slots.c). Others only read the owner's counts (STAT_ADD, mag.h).
+ *   4. A slow path changes only the previous magazine (trading it with the depot, filling it
+ *      from the slab layer) and then swaps the pair: a CPU's loaded magazine, which its
+ *      sequences use without a lock, is never written here (mag_percpu.c).
+ *   5. Slow start: a refill from the slab layer takes one cache line's worth of objects the
+ *      first time (mag_fill_start) and twice as many each time after, up to the depot's size;
+ *      a first magazine holds only that many rounds and is traded for a full-size one once
+ *      outgrown. The first refill takes never-used objects where the slab has them (slab.c),
+ *      so the run shares no line with other threads' blocks.
+ *   6. Passive false sharing (Hoard's cache-scratch): a block freed by a thread (on a CPU)
+ *      holding no magazine of its class was allocated elsewhere; kept, it would be the next
+ *      block handed out here. So it goes back to its slab, and the pair gets an empty magazine
+ *      for its next frees.
+ *   7. Counting: each thread counts its operations, 64-bit beside its own magazines, 32-bit on
+ *      per-CPU magazines (mag.h), folded into mag_folded before they wrap. Held bytes (out of
+ *      the slab layer, in magazines or live) change at each magazine movement.
+ * Locking: mag_registry_lock guards the registry and mag_folded; a tcache's lock, its owner's
+ * slow paths of malloc's classes against the reaper. front/fork.c writes the order.
  */
 #include "mag.h"
 #include "depot.h"
 #include "mag_fast.h"
+#include "mag_impl.h"
 #include "meta.h"
 #include "options.h"
 #include "os.h"
 #include "pagemap.h"
 #include "report.h"
-#include "rseq.h"
 #include "slab.h"
 
 #include <errno.h>
 #include <pthread.h>
-#include <string.h>
 
-_Static_assert(offsetof(tclass_t, loaded) == 0, "rseq.h finds the loaded magazine at a slot");
+_Static_assert(offsetof(mag_pair_t, loaded) == 0, "rseq.h finds the loaded magazine at a slot");
 _Static_assert(offsetof(mag_t, n) == 0 && offsetof(mag_t, cap) == 4 &&
                    offsetof(mag_t, rounds) == 24,
                "rseq.h's sequences use these offsets");
-_Static_assert(sizeof(mag_cpu_t) == 4096, "rseq.h's sequences find CPU i's record at i << 12");
-/* With the classes at a multiple of 32 bytes GCC folds their offset into the class index and
-   spends three more instructions a call (callgrind: 78 -> 84 a malloc+free pair). */
-_Static_assert(offsetof(tcache_t, cls) % 32 != 0, "keep tcache_t's classes off a 32-byte offset");
+/* At a multiple of 32 bytes GCC folds the classes' offset into the class index, which costs
+   the fast path instructions (docs/decisions/mag-tcache-layout.md). */
+_Static_assert(offsetof(tcache_t, own) % 32 != 0, "keep tcache_t's classes off a 32-byte offset");
 
-#define TCLASS_EMPTY                                                                               \
-  { &mag_empty, &mag_empty }
-
-tcache_t tcache_boot = {.cls.own = {[0 ... SC_COUNT] = {TCLASS_EMPTY, {0, 0}}}};
-tcache_t tcache_dead = {.cls.own = {[0 ... SC_COUNT] = {TCLASS_EMPTY, {0, 0}}}};
+tcache_t tcache_boot = {.own = {[0 ... SC_COUNT] = {MAG_PAIR_EMPTY, {0, 0}}}};
+tcache_t tcache_dead = {.own = {[0 ... SC_COUNT] = {MAG_PAIR_EMPTY, {0, 0}}}};
 __thread tcache_t *mag_tls __attribute__((tls_model("initial-exec"))) = &tcache_boot;
 uintptr_t mag_secret;
-ptrdiff_t mag_rseq_area;
-static char *mag_cpus; /* mag_cpu_t[mag_ncpus], or NULL: magazines are per thread */
-static unsigned mag_ncpus;
-static bool mag_cpu_fence;    /* os_fence_rseq works: idle CPUs' loaded magazines can be taken */
-static bool mag_thread_fence; /* os_fence_threads works: so can idle threads' */
 
 static meta_pool_t tcache_pool = META_POOL(META_LINES(sizeof(tcache_t)));
 static meta_pool_t tcache_cpu_pool = META_POOL(META_LINES(TCACHE_CPU_SIZE)); /* counts only */
 static pthread_key_t mag_key;
-static lock_t mag_registry_lock = LOCK_INIT;
-static tcache_t mag_registry = {.next = &mag_registry, .prev = &mag_registry};
+lock_t mag_registry_lock = LOCK_INIT;
+tcache_t mag_registry = {.next = &mag_registry, .prev = &mag_registry};
 /* Counts of exited threads, and those folded out of live threads' 32-bit per-CPU-layout counts
    (mag_registry_lock). */
 static mag_totals_t mag_folded;
 static unsigned mag_threads_live; /* threads with a tcache (mag_registry_lock) */
-
-static mag_cpu_t *mag_cpu(unsigned cpu) {
-  return (mag_cpu_t *)(mag_cpus + (size_t)cpu * sizeof(mag_cpu_t));
-}
-
-static void mag_cpu_init(void) {
-#if RSEQ_SUPPORTED
-  unsigned n = os_cpu_possible();
-  if (!opt.percpu || !os_rseq_available() || n == 0) return;
-  mag_cpu_t *cpus = os_map(n * sizeof(mag_cpu_t)); /* zeroed: the locks are free */
-  if (!cpus) return;
-  for (unsigned i = 0; i < n; i++)
-    for (unsigned c = 0; c <= SC_COUNT; c++)
-      cpus[i].cls[c] = (tclass_t)TCLASS_EMPTY;
-  mag_rseq_area = os_rseq_offset();
-  mag_ncpus = n;
-  mag_cpu_fence = os_fence_rseq_register();
-  mag_cpus = (char *)cpus;
-#endif
-}
-
-/* The per-CPU magazines for a thread starting as the live-th, if threads outnumber the CPUs
-   enough (see theory 3) and it has a registered rseq area; NULL: its own magazines. */
-static char *mag_cpu_thread(unsigned live) {
-#if RSEQ_SUPPORTED
-  size_t few = opt.percpu_threads ? opt.percpu_threads : 2 * (size_t)os_cpu_count();
-  int cpu = mag_cpus && live > few ? rseq_cpu(mag_rseq_area) : -1;
-  if (cpu >= 0 && (unsigned)cpu < mag_ncpus) return mag_cpus;
-#else
-  (void)live;
-#endif
-  return NULL;
-}
 
 static void mag_no_hook(void) {}
 
@@ -181,9 +102,7 @@ int64_t mag_sample_countdown(void) {
 
 void mag_init(void) {
   mag_cpu_init();
-#ifndef __SANITIZE_THREAD__ /* ThreadSanitizer cannot see the fence's ordering (rseq.h) */
-  mag_thread_fence = os_fence_threads_register();
-#endif
+  mag_reclaim_init();
   if (pthread_key_create(&mag_key, mag_thread_exit) != 0)
     report_fatal("no pthread key for thread exit", NULL, 0);
 }
@@ -191,7 +110,7 @@ void mag_init(void) {
 /* Makes the calling thread's tcache; falls back to tcache_dead when memory is exhausted. */
 static tcache_t *mag_thread_start(void) {
   lock_acquire(&mag_registry_lock);
-  char *cpus = mag_cpu_thread(mag_threads_live + 1);
+  char *cpus = mag_cpu_for_thread(mag_threads_live + 1);
   tcache_t *tc = meta_alloc(cpus ? &tcache_cpu_pool : &tcache_pool);
   if (!tc) {
     lock_release(&mag_registry_lock);
@@ -200,7 +119,7 @@ static tcache_t *mag_thread_start(void) {
   mag_threads_live++;
   tc->cpus = cpus;
   for (unsigned c = 0; c <= SC_COUNT && !cpus; c++)
-    tc->cls.own[c].mags = (tclass_t)TCLASS_EMPTY;
+    tc->own[c].mags = (mag_pair_t)MAG_PAIR_EMPTY;
   tc->sample_left = mag_sample_countdown();
   tc->stack = (uintptr_t)__builtin_frame_address(0);
   tc->next = mag_registry.next;
@@ -218,17 +137,17 @@ static tcache_t *mag_thread_start(void) {
 static void mag_count_miss(tcache_t *tc, unsigned c, bool alloc) {
   if (tc == &tcache_dead) return; /* shared: its counts stay untouched */
   if (tc->cpus)
-    STAT_ADD(*(alloc ? &tc->cls.cpu[c].allocs : &tc->cls.cpu[c].frees), 1);
+    STAT_ADD(*(alloc ? &tc->cpu_counts[c].allocs : &tc->cpu_counts[c].frees), 1);
   else if (alloc)
-    STAT_ADD(tc->cls.own[c].count.allocs, 1);
+    STAT_ADD(tc->own[c].count.allocs, 1);
   else
-    STAT_ADD(tc->cls.own[c].count.frees, 1);
+    STAT_ADD(tc->own[c].count.frees, 1);
 }
 
-/* Before a slow path of class c: moves the calling thread's 32-bit counts of c into the
-   process's totals once the top bit of either is set (the fast path then misses, mag.h). */
-static void mag_count_fold(tcache_t *tc, unsigned c) {
-  tcount_cpu_t *n = &tc->cls.cpu[c];
+/* Before a slow path of class c: moves the calling thread's 32-bit counts of c into
+   mag_folded once the top bit of either is set (the fast path then misses, mag.h). */
+static void mag_fold_cpu_counts(tcache_t *tc, unsigned c) {
+  mag_counts_cpu_t *n = &tc->cpu_counts[c];
   if (!tc->cpus || ((STAT_READ(n->allocs) | STAT_READ(n->frees)) >> 31) == 0) return;
   lock_acquire(&mag_registry_lock);
   mag_folded.allocs[c] += STAT_READ(n->allocs);
@@ -238,55 +157,26 @@ static void mag_count_fold(tcache_t *tc, unsigned c) {
   lock_release(&mag_registry_lock);
 }
 
-static tcache_t *mag_self(void) {
+tcache_t *mag_self(void) {
   tcache_t *tc = mag_tls;
   return tc == &tcache_boot ? mag_thread_start() : tc;
 }
 
-#define MAG_SPREAD_RUNS 8 /* line-aligned runs in a CPU's first refill of a small class */
-#define MAG_SPREAD_MAX 64 /* rounds of a CPU's refill that mag_spread_lines orders */
-
 /* A thread's first refill of a class: the objects of one cache line's worth of a line-aligned
    run (4 of 16 or 48 bytes, 2 of 32, 1 of 64 or more). Slabs are carved in order, so refills of
-   whole runs never give two threads parts of one line: with single-object first refills, two
-   threads' first 16-byte blocks shared a line and thrash-t2 ran 3.7x slower. A CPU's first
-   refill of a class of blocks smaller than a line takes MAG_SPREAD_RUNS such runs, which
-   mag_spread_lines deals out a line at a time to the threads taking turns on it (theory 3). */
+   whole runs never give two threads parts of one line (docs/decisions/mag-first-refill.md). A
+   CPU's first refill of a class of blocks smaller than a line takes MAG_SPREAD_RUNS such runs,
+   which mag_cpu_spread_lines deals out a line at a time to the threads taking turns on it. */
 static uint32_t mag_fill_start(const cache_t *cp, bool cpu) {
   size_t low = cp->size & -cp->size; /* sizes are multiples of 16 */
   uint32_t run = low >= OS_LINE ? 1 : (uint32_t)(OS_LINE / low);
   return cpu && cp->size < OS_LINE ? MAG_SPREAD_RUNS * run : run;
 }
 
-/* Orders the n rounds of a CPU's magazine, as the slab layer gave them (lowest address first),
-   so that pops, from the top, take one block of each cache line before a second of any:
-   threads taking turns on the CPU then hold blocks of different lines (theory 3). Only the top
-   MAG_SPREAD_MAX rounds, the next to go, are ordered: a slow path keeps its stack small. */
-static void mag_spread_lines(void **rounds, uint32_t n) {
-  if (n > MAG_SPREAD_MAX) {
-    rounds += n - MAG_SPREAD_MAX;
-    n = MAG_SPREAD_MAX;
-  }
-  void *spread[MAG_SPREAD_MAX];
-  uint8_t rank[MAG_SPREAD_MAX]; /* blocks before this one in its line (lines hold at most 4) */
-  uint8_t ranks = 1;
-  for (uint32_t i = 0; i < n; i++) {
-    bool same = i > 0 && (uintptr_t)rounds[i] / OS_LINE == (uintptr_t)rounds[i - 1] / OS_LINE;
-    rank[i] = same ? (uint8_t)(rank[i - 1] + 1) : 0;
-    if (rank[i] >= ranks) ranks = (uint8_t)(rank[i] + 1);
-  }
-  if (ranks == 1) return; /* one block a line already */
-  uint32_t top = n;
-  for (uint8_t r = 0; r < ranks; r++)
-    for (uint32_t i = 0; i < n; i++)
-      if (rank[i] == r) spread[--top] = rounds[i];
-  memcpy(rounds, spread, n * sizeof *rounds);
-}
-
 /* Fills the empty magazine p from the slab layer (slow start), or a new one for the sentinel
    or a full-size one for an outgrown one; returns the magazine now in p's place, which holds
    rounds unless memory ran out. A CPU's (cpu) starts bigger for blocks smaller than a line,
-   and its rounds are spread over cache lines (theory 3). */
+   and its rounds are spread over cache lines. */
 static mag_t *mag_slab_fill(cache_t *cp, mag_t *p, bool cpu) {
   bool first_fill = p == &mag_empty;
   if (first_fill) { /* a first magazine as small as the first refill */
@@ -304,20 +194,13 @@ static mag_t *mag_slab_fill(cache_t *cp, mag_t *p, bool cpu) {
   uint32_t fill = p->fill ? p->fill : mag_fill_start(cp, cpu);
   fill = fill < p->cap ? fill : p->cap;
   p->n = slab_alloc(cp, p->rounds, fill, first_fill);
-  if (cpu) mag_spread_lines(p->rounds, p->n);
+  if (cpu) mag_cpu_spread_lines(p->rounds, p->n);
   if (p->n) p->fill = 2 * fill; /* slow start: a thread that keeps missing gets more */
   mag_held_add((ptrdiff_t)(p->n * cp->size));
   return p;
 }
 
-/*
- * The slow paths shared by malloc classes and object caches, per thread and per CPU (under the
- * tcache's or the CPU's lock). The loaded magazine is full (free) or empty (allocation); they
- * change only the previous magazine - trading it with the depot, filling it from the slab
- * layer - which then becomes the loaded one, and the loaded one the previous: a CPU's loaded
- * magazine, which its sequences use without the lock, is never written here.
- */
-static void *mag_alloc_refill(cache_t *cp, tclass_t *t, bool cpu) {
+void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, bool cpu) {
   mag_t *p = t->prev;
   if (p->n == 0) {
     mag_t *full = depot_alloc_exchange(cp, p);
@@ -330,9 +213,9 @@ static void *mag_alloc_refill(cache_t *cp, tclass_t *t, bool cpu) {
   return p->rounds[--p->n];
 }
 
-/* Returns false when the caller must free obj to the slab itself: no empty magazine could be
-   had, or t held none at all (theory 9: obj goes home, and t gets an empty one for later). */
-static bool mag_free_room(cache_t *cp, tclass_t *t, void *obj) {
+/* False also when t held no magazine at all (theory 6: obj goes home, and t gets an empty one
+   for later). */
+bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj) {
   mag_t *p = t->prev;
   if (p->n == p->cap) {
     size_t given = p->n * cp->size;
@@ -365,133 +248,61 @@ static lock_t *mag_miss_begin(cache_t *cp) {
   return &tc->lock;
 }
 
-static void *mag_alloc_miss(cache_t *cp, tclass_t *t) {
+void *mag_own_alloc_miss(cache_t *cp, mag_pair_t *t) {
   lock_t *held = mag_miss_begin(cp);
   void *obj = mag_alloc_refill(cp, t, false);
   if (held) lock_release(held);
   return obj;
 }
 
-static bool mag_free_miss(cache_t *cp, tclass_t *t, void *obj) {
+bool mag_own_free_miss(cache_t *cp, mag_pair_t *t, void *obj) {
   lock_t *held = mag_miss_begin(cp);
   bool kept = mag_free_room(cp, t, obj);
   if (held) lock_release(held);
   return kept;
 }
 
-/* ---- per-CPU magazines ---- */
-
-#if RSEQ_SUPPORTED
-/* A miss on the CPU's magazines: reaps if it is time, then takes the lock of the CPU the thread
-   runs on (it may move away while it holds it: mag_cpu_install checks). */
-static mag_cpu_t *mag_cpu_lock(unsigned *cpu) {
-  mag_miss_hook();
-  *cpu = (unsigned)rseq_cpu(mag_rseq_area);
-  mag_cpu_t *mc = mag_cpu(*cpu);
-  lock_acquire(&mc->lock);
-  mc->misses++;
-  return mc;
-}
-
-/* Makes t, a copy of the CPU's magazines of class c as a slow path left it, the CPU's. The
-   loaded magazine changes in a sequence on that CPU; if the thread has moved off it, the CPU
-   keeps its loaded magazine and the new one becomes the previous (the old previous is already
-   in the new one's place or the depot's). */
-static void mag_cpu_install(mag_cpu_t *mc, unsigned cpu, unsigned c, const tclass_t *t) {
-  tclass_t *slot = &mc->cls[c];
-  if (t->loaded == slot->loaded ||
-      rseq_store_on(cpu, (void **)&slot->loaded, t->loaded, mag_rseq_area))
-    slot->prev = t->prev;
-  else
-    slot->prev = t->loaded;
-}
-
-static void *mag_cpu_alloc(cache_t *cp, unsigned c) {
-  unsigned cpu;
-  mag_cpu_t *mc = mag_cpu_lock(&cpu);
-  tclass_t t = mc->cls[c];
-  void *obj = mag_alloc_refill(cp, &t, true);
-  mag_cpu_install(mc, cpu, c, &t);
-  lock_release(&mc->lock);
-  return obj;
-}
-
-/* Returns false when no magazine had room; the caller frees to the slab itself. */
-static bool mag_cpu_free(cache_t *cp, unsigned c, void *obj) {
-  unsigned cpu;
-  mag_cpu_t *mc = mag_cpu_lock(&cpu);
-  tclass_t t = mc->cls[c];
-  bool kept = mag_free_room(cp, &t, obj);
-  mag_cpu_install(mc, cpu, c, &t);
-  lock_release(&mc->lock);
-  return kept;
-}
-#endif
-
-static void *mag_direct_alloc(cache_t *cp) {
+void *mag_direct_alloc(cache_t *cp) {
   void *obj;
   if (slab_alloc(cp, &obj, 1, false) != 1) return NULL;
   mag_held_add((ptrdiff_t)cp->size);
   return obj;
 }
 
-static void mag_direct_free(cache_t *cp, void *obj) {
+void mag_direct_free(cache_t *cp, void *obj) {
   slab_free(cp, &obj, 1);
   mag_held_add(-(ptrdiff_t)cp->size);
 }
 
-/* One object from the thread's magazines of object cache cp; s NULL: the thread has none
-   (straight to the slab layer). */
-static void *mag_pop(cache_t *cp, town_t *s) {
-  if (!s) return mag_direct_alloc(cp);
-  tclass_t *t = &s->mags;
-  void *obj = t->loaded->n ? t->loaded->rounds[--t->loaded->n] : mag_alloc_miss(cp, t);
-  if (obj) STAT_ADD(s->count.allocs, 1);
-  return obj;
-}
-
-static void mag_push(cache_t *cp, town_t *s, void *obj) {
-  if (!s) {
-    mag_direct_free(cp, obj);
-    return;
-  }
-  tclass_t *t = &s->mags;
-  STAT_ADD(s->count.frees, 1);
-  if (t->loaded->n < t->loaded->cap)
-    t->loaded->rounds[t->loaded->n++] = obj;
-  else if (!mag_free_miss(cp, t, obj))
-    mag_direct_free(cp, obj);
-}
-
-/* After the fast path of class c missed (or was not tried: memalign), for a thread past its
-   exit too, whose misses go to the slab layer (tcache_dead is shared: its counters stay
-   untouched). */
-static void *mag_malloc_miss(tcache_t *tc, unsigned c) {
+/* A miss of malloc's class c after the fast path (or without it: memalign), wherever the
+   thread's magazines of c are: the CPU's, its own, or none after its exit (tcache_dead is
+   shared: its counts stay untouched). */
+static void *mag_class_alloc_miss(tcache_t *tc, unsigned c) {
   cache_t *cp = &malloc_caches[c];
   if (tc == &tcache_dead) return mag_direct_alloc(cp);
 #if RSEQ_SUPPORTED
-  if (tc->cpus) return mag_cpu_alloc(cp, c);
+  if (tc->cpus) return mag_cpu_alloc_miss(cp, c);
 #endif
-  return mag_alloc_miss(cp, &tc->cls.own[c].mags);
+  return mag_own_alloc_miss(cp, &tc->own[c].mags);
 }
 
-/* After the fast path of class c found the loaded magazine full; false when no magazine took
-   p (a thread past its exit has none): the caller frees it to the slab layer. */
-static bool mag_free_miss_class(tcache_t *tc, unsigned c, void *p) {
+/* False when no magazine took p (a thread past its exit has none): the caller frees it to the
+   slab layer. */
+static bool mag_class_free_miss(tcache_t *tc, unsigned c, void *p) {
   cache_t *cp = &malloc_caches[c];
   if (tc == &tcache_dead) return false;
 #if RSEQ_SUPPORTED
-  if (tc->cpus) return mag_cpu_free(cp, c, p);
+  if (tc->cpus) return mag_cpu_free_miss(cp, c, p);
 #endif
-  return mag_free_miss(cp, &tc->cls.own[c].mags, p);
+  return mag_own_free_miss(cp, &tc->own[c].mags, p);
 }
 
 void *mag_malloc(unsigned c, size_t size) {
   tcache_t *tc = mag_self();
-  mag_count_fold(tc, c);
+  mag_fold_cpu_counts(tc, c);
   void *p = fast_pop(tc, c); /* counts itself */
   if (!p) {
-    if (!(p = mag_malloc_miss(tc, c))) {
+    if (!(p = mag_class_alloc_miss(tc, c))) {
       errno = ENOMEM;
       return NULL;
     }
@@ -510,21 +321,17 @@ void mag_free(unsigned c, void *p) {
     report_heap_error("double free", p, "block already free");
   *(uintptr_t *)p = a ^ mag_secret;
   tcache_t *tc = mag_self();
-  mag_count_fold(tc, c);
+  mag_fold_cpu_counts(tc, c);
   if (fast_push(tc, c, p)) return; /* counted */
   mag_count_miss(tc, c, false);
-  if (!mag_free_miss_class(tc, c, p)) mag_direct_free(&malloc_caches[c], p);
+  if (!mag_class_free_miss(tc, c, p)) mag_direct_free(&malloc_caches[c], p);
 }
 
 unsigned mag_miss_weight(unsigned c) {
   tcache_t *tc = mag_tls;
   if (tc->cpus) return depot_cap(&malloc_caches[c]) + 1;
-  mag_t *loaded = __atomic_load_n(&tc->cls.own[c].mags.loaded, __ATOMIC_RELAXED); /* reaper's too */
+  mag_t *loaded = __atomic_load_n(&tc->own[c].mags.loaded, __ATOMIC_RELAXED); /* reaper's too */
   return loaded->cap + 1;
-}
-
-bool mag_percpu(void) {
-  return mag_cpus != NULL;
 }
 
 void mag_large_count(size_t size, int sign) {
@@ -538,187 +345,43 @@ void mag_large_count(size_t size, int sign) {
   }
 }
 
-/* ---- object caches ---- */
-
-static town_t *mag_slot(tcache_t *tc, cache_t *cp) {
-  if (tc == &tcache_dead || cp->id >= MAG_CACHE_SLOTS) return NULL;
-  tslot_t *slots = tc->slots;
-  if (!slots) { /* published atomically: mag_cache_drain reads it from other threads */
-    if (!(slots = os_map(MAG_CACHE_SLOTS * sizeof(tslot_t)))) return NULL;
-    __atomic_store_n(&tc->slots, slots, __ATOMIC_RELEASE);
-  }
-  tslot_t *s = &slots[cp->id];
-  if (s->cache != cp) { /* first use, or the slot of a destroyed cache (already drained) */
-    s->cache = cp;
-    s->own = (town_t){TCLASS_EMPTY, {0, 0}};
-  }
-  return &s->own;
-}
-
-void *mag_cache_alloc(cache_t *cp) {
-  return mag_pop(cp, mag_slot(mag_self(), cp));
-}
-
-void mag_cache_free(cache_t *cp, void *obj) {
-  if (!slab_of(cp, obj)) report_heap_error("invalid free", obj, "not an object of this cache");
-  mag_push(cp, mag_slot(mag_self(), cp), obj);
-}
-
-/* Gives a magazine of cp (or the sentinel: nothing) to its depot. */
-static void mag_give(cache_t *cp, mag_t *m) {
+void mag_to_depot(cache_t *cp, mag_t *m) {
   if (m == &mag_empty) return;
   mag_held_add(-(ptrdiff_t)(m->n * cp->size));
   depot_put(cp, m);
 }
 
-/* Gives a thread's magazines of one cache to its depot. */
-static void mag_give_back(cache_t *cp, tclass_t *t) {
-  mag_give(cp, t->loaded);
-  mag_give(cp, t->prev);
+void mag_pair_to_depot(cache_t *cp, mag_pair_t *t) {
+  mag_to_depot(cp, t->loaded);
+  mag_to_depot(cp, t->prev);
   t->loaded = t->prev = &mag_empty;
 }
 
-void mag_cache_drain(cache_t *cp) {
-  if (cp->id >= MAG_CACHE_SLOTS) return;
-  lock_acquire(&mag_registry_lock);
-  for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
-    tslot_t *slots = __atomic_load_n(&tc->slots, __ATOMIC_ACQUIRE);
-    if (slots && slots[cp->id].cache == cp) {
-      mag_give_back(cp, &slots[cp->id].own.mags);
-      slots[cp->id].cache = NULL;
-    }
-  }
-  lock_release(&mag_registry_lock);
-}
+/* ---- thread exit, trim, statistics, fork ---- */
 
-/* ---- thread exit, trim, statistics ---- */
-
-static void mag_flush(tcache_t *tc) {
+/* Gives the thread's own magazines of malloc's classes to the depots. */
+static void mag_thread_flush(tcache_t *tc) {
   lock_acquire(&tc->lock);
   for (unsigned c = 1; c <= SC_COUNT && !tc->cpus; c++)
-    mag_give_back(&malloc_caches[c], &tc->cls.own[c].mags);
+    mag_pair_to_depot(&malloc_caches[c], &tc->own[c].mags);
   lock_release(&tc->lock);
-}
-
-/* Gives the magazines of CPUs that have not missed since the last call (all: of every CPU) to
-   the depots. A loaded magazine is first replaced by the sentinel; the fence then restarts any
-   sequence on that CPU that still uses it, after which it is the caller's. */
-static void mag_cpu_reclaim(bool all) {
-  mag_t *loaded[SC_COUNT + 1];
-  for (unsigned i = 0; i < mag_ncpus; i++) {
-    mag_cpu_t *mc = mag_cpu(i);
-    lock_acquire(&mc->lock);
-    if (all || mc->misses == mc->misses_seen) {
-      bool taken = false;
-      for (unsigned c = 1; c <= SC_COUNT; c++) {
-        mag_give(&malloc_caches[c], mc->cls[c].prev);
-        mc->cls[c].prev = &mag_empty;
-        loaded[c] = mc->cls[c].loaded;
-        if (mag_cpu_fence && loaded[c] != &mag_empty) {
-          __atomic_store_n(&mc->cls[c].loaded, &mag_empty, __ATOMIC_RELAXED);
-          taken = true;
-        }
-      }
-      bool fenced = taken && os_fence_rseq(i);
-      for (unsigned c = 1; c <= SC_COUNT && taken; c++)
-        if (loaded[c] != &mag_empty) {
-          if (fenced)
-            mag_give(&malloc_caches[c], loaded[c]);
-          else /* no fence, no taking: a sequence may still be using it */
-            __atomic_store_n(&mc->cls[c].loaded, loaded[c], __ATOMIC_RELAXED);
-        }
-    }
-    mc->misses_seen = mc->misses;
-    lock_release(&mc->lock);
-  }
-}
-
-/* Where mag_reclaim_idle keeps the loaded magazines it parked, for MAG_PARK_BATCH threads under
-   one fence (mag_registry_lock). Static: the reaper may run in a slow path, on a small stack. */
-#define MAG_PARK_BATCH 8
-static mag_t *mag_parked[MAG_PARK_BATCH][SC_COUNT + 1];
-
-/* Parks the loaded magazines of a thread that has not missed since the last look (its lock
-   held): swaps the sentinel in for each, keeping what it held in parked[]. The previous ones
-   stay in place until the fence: the owner may be trading them with the loaded ones right now
-   (fast_trade). Returns whether it parked any. */
-static bool mag_thread_park(tcache_t *tc, mag_t **parked) {
-  bool any = false;
-  for (unsigned c = 1; c <= SC_COUNT; c++) {
-    mag_t **loaded = &tc->cls.own[c].mags.loaded;
-    parked[c] = &mag_empty;
-    if (__atomic_load_n(loaded, __ATOMIC_RELAXED) != &mag_empty)
-      parked[c] = __atomic_exchange_n(loaded, &mag_empty, __ATOMIC_RELAXED);
-    any |= parked[c] != &mag_empty;
-  }
-  return any;
-}
-
-/* After the fence, a parked thread that is not between fast_enter and fast_leave has finished
-   with its parked magazines and will see the sentinels from now on; it trades magazines only
-   there, never with the sentinel loaded. So where the sentinel is still loaded, the parked
-   magazine and the previous one go to the depots. Where it is not, the owner traded in the
-   window (it had read the loaded magazine before the exchange): the parked one is its previous
-   one now, and the class stays as it is. A thread still in between gets its parked magazines
-   back where the sentinel is still loaded. */
-static void mag_thread_settle(tcache_t *tc, mag_t *const *parked, bool fenced) {
-  bool take = fenced && __atomic_load_n(&tc->busy, __ATOMIC_ACQUIRE) == 0;
-  for (unsigned c = 1; c <= SC_COUNT; c++) {
-    tclass_t *t = &tc->cls.own[c].mags;
-    mag_t *sentinel = &mag_empty;
-    if (parked[c] == &mag_empty) continue;
-    if (!take)
-      __atomic_compare_exchange_n(&t->loaded, &sentinel, parked[c], false, __ATOMIC_RELAXED,
-                                  __ATOMIC_RELAXED);
-    else if (__atomic_load_n(&t->loaded, __ATOMIC_RELAXED) == &mag_empty) {
-      mag_give(&malloc_caches[c], parked[c]);
-      mag_give(&malloc_caches[c], t->prev);
-      t->prev = &mag_empty;
-    }
-  }
-}
-
-/* Threads that have not missed for an interval give up their magazines, where the fence works:
-   parked a batch of threads at a time, which stay locked until one fence has covered them. */
-void mag_reclaim_idle(void) {
-  mag_cpu_reclaim(false);
-  lock_acquire(&mag_registry_lock);
-  for (tcache_t *tc = mag_registry.next; tc != &mag_registry;) {
-    tcache_t *batch[MAG_PARK_BATCH];
-    unsigned n = 0;
-    for (; tc != &mag_registry && n < MAG_PARK_BATCH; tc = tc->next) {
-      lock_acquire(&tc->lock);
-      bool idle = !tc->cpus && tc->misses == tc->misses_seen;
-      if (idle && mag_thread_fence && mag_thread_park(tc, mag_parked[n])) {
-        batch[n++] = tc;
-        continue;
-      }
-      tc->misses_seen = tc->misses;
-      lock_release(&tc->lock);
-    }
-    bool fenced = n && os_fence_threads();
-    for (unsigned i = 0; i < n; i++) {
-      mag_thread_settle(batch[i], mag_parked[i], fenced);
-      lock_release(&batch[i]->lock);
-    }
-  }
-  lock_release(&mag_registry_lock);
 }
 
 void mag_flush_self(void) {
   mag_cpu_reclaim(true);
   tcache_t *tc = mag_tls;
-  if (tc != &tcache_boot && tc != &tcache_dead) mag_flush(tc);
+  if (tc != &tcache_boot && tc != &tcache_dead) mag_thread_flush(tc);
 }
 
-static void mag_fold(mag_totals_t *sum, tcache_t *tc) {
+/* Adds the counts of thread tc to sum. */
+static void mag_sum_thread(mag_totals_t *sum, tcache_t *tc) {
   for (unsigned c = 1; c <= SC_COUNT; c++) {
     if (tc->cpus) {
-      sum->allocs[c] += STAT_READ(tc->cls.cpu[c].allocs);
-      sum->frees[c] += STAT_READ(tc->cls.cpu[c].frees);
+      sum->allocs[c] += STAT_READ(tc->cpu_counts[c].allocs);
+      sum->frees[c] += STAT_READ(tc->cpu_counts[c].frees);
     } else {
-      sum->allocs[c] += STAT_READ(tc->cls.own[c].count.allocs);
-      sum->frees[c] += STAT_READ(tc->cls.own[c].count.frees);
+      sum->allocs[c] += STAT_READ(tc->own[c].count.allocs);
+      sum->frees[c] += STAT_READ(tc->own[c].count.frees);
     }
   }
   sum->bytes_requested += STAT_READ(tc->bytes_requested);
@@ -728,17 +391,15 @@ static void mag_fold(mag_totals_t *sum, tcache_t *tc) {
 
 void mag_thread_exit(void *arg) {
   tcache_t *tc = arg;
-  mag_flush(tc);
+  mag_thread_flush(tc);
   lock_acquire(&mag_registry_lock);
-  if (tc->slots)
-    for (unsigned i = 0; i < MAG_CACHE_SLOTS; i++)
-      if (tc->slots[i].cache) mag_give_back(tc->slots[i].cache, &tc->slots[i].own.mags);
+  mag_slots_to_depot(tc);
   tc->prev->next = tc->next;
   tc->next->prev = tc->prev;
   mag_threads_live--;
-  mag_fold(&mag_folded, tc);
+  mag_sum_thread(&mag_folded, tc);
   lock_release(&mag_registry_lock);
-  if (tc->slots) os_unmap(tc->slots, MAG_CACHE_SLOTS * sizeof(tslot_t));
+  mag_slots_unmap(tc);
   mag_tls = &tcache_dead;
   meta_free(tc->cpus ? &tcache_cpu_pool : &tcache_pool, tc);
 }
@@ -747,7 +408,7 @@ void mag_totals(mag_totals_t *out) {
   lock_acquire(&mag_registry_lock);
   *out = mag_folded;
   for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
-    mag_fold(out, tc);
+    mag_sum_thread(out, tc);
     out->threads_live++;
   }
   lock_release(&mag_registry_lock);
@@ -768,12 +429,11 @@ size_t mag_thread_stacks(uintptr_t *out, size_t max) {
 
 void mag_fork_prepare(void) {
   lock_acquire(&mag_registry_lock);
-  for (unsigned i = 0; i < mag_ncpus; i++)
-    lock_acquire(&mag_cpu(i)->lock);
+  mag_cpu_lock_all();
 }
+
 void mag_fork_parent(void) {
-  for (unsigned i = 0; i < mag_ncpus; i++)
-    lock_release(&mag_cpu(i)->lock);
+  mag_cpu_unlock_all();
   lock_release(&mag_registry_lock);
 }
 
@@ -782,14 +442,13 @@ void mag_fork_parent(void) {
    Returns whether there were such threads. */
 bool mag_fork_child(void) {
   lock_init(&mag_registry_lock);
-  for (unsigned i = 0; i < mag_ncpus; i++)
-    lock_init(&mag_cpu(i)->lock);
+  mag_cpu_reset_locks();
   tcache_t *self = mag_tls;
   bool others = false;
   for (tcache_t *tc = mag_registry.next, *next; tc != &mag_registry; tc = next) {
     next = tc->next;
     if (tc != self) {
-      mag_fold(&mag_folded, tc);
+      mag_sum_thread(&mag_folded, tc);
       others = true;
     }
   }

@@ -1,4 +1,6 @@
-/* mag: the per-thread magazine layer. See mag.c. */
+/* mag: the magazine layer's interface: thread caches (mag.c), per-CPU magazines (mag_percpu.c),
+   object-cache slots (mag_slots.c), the reaper's parking (mag_reclaim.c); mag_fast.h holds the
+   inline pop and push. */
 #ifndef MAGPIE_MAG_H
 #define MAGPIE_MAG_H
 
@@ -24,75 +26,77 @@
 #endif
 #define STAT_READ(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
 
-/* One cache as seen by one thread or CPU: Bonwick's loaded and previous magazines. */
-typedef struct tclass {
+/* One cache's magazines, a thread's or a CPU's: Bonwick's loaded and previous magazines. */
+typedef struct mag_pair {
   mag_t *loaded; /* never NULL; &mag_empty only while prev is too, or while the reaper has
-                    parked the class (mag.c, theory 5) */
+                    parked the cache (mag_reclaim.c) */
   mag_t *prev;
-} tclass_t;
+} mag_pair_t;
 
-/* One cache's operations by one thread (written by the owner only). */
-typedef struct tcount {
+/* A thread's operations on one cache, 64-bit (written by the owner only). */
+typedef struct mag_counts {
   uint64_t allocs; /* objects handed out to the thread */
   uint64_t frees;
-} tcount_t;
+} mag_counts_t;
 
-/* One cache's operations by a thread on per-CPU magazines: half as wide, so that hundreds of
-   threads cost less. Once a count's top bit is set the fast path misses, and the slow path
-   moves both into the process's totals, long before either could wrap. */
-typedef struct tcount_cpu {
+/* A thread's operations on one class while it uses per-CPU magazines: half as wide, so that
+   hundreds of threads cost less. Once a count's top bit is set the fast path misses, and the
+   slow path moves both into the process's totals, long before either could wrap. */
+typedef struct mag_counts_cpu {
   uint32_t allocs;
   uint32_t frees;
-} tcount_cpu_t;
+} mag_counts_cpu_t;
 
-/* One cache of a thread with magazines of its own: magazines and counts in half a line, which
-   a fast-path call reads and writes whole. */
-typedef struct town {
-  tclass_t mags;
-  tcount_t count;
-} town_t;
+/* One cache of a thread with magazines of its own: the pair and the thread's counts in half a
+   line, which a fast-path call reads and writes whole. */
+typedef struct thread_mags {
+  mag_pair_t mags;
+  mag_counts_t count;
+} thread_mags_t;
 
-typedef struct tslot {
-  town_t own;
+/* A thread's slot of an object cache (mag_slots.c). */
+typedef struct cache_slot {
+  thread_mags_t own;
   cache_t *cache; /* the object cache these magazines belong to, or NULL */
-} tslot_t;
+} cache_slot_t;
 
-/* A thread's cache. cls comes last and has two layouts, chosen when the thread starts: a thread
-   with magazines of its own keeps them beside its counts (own); a thread on per-CPU magazines
-   keeps counts only (cpu), and its tcache ends there (TCACHE_CPU_SIZE), which halves what each
-   of hundreds of threads costs. */
+/* A thread's cache. The per-class part comes last and has two layouts, chosen when the thread
+   starts: a thread with magazines of its own keeps them beside its counts (own); a thread on
+   per-CPU magazines keeps counts only (cpu_counts), and its tcache ends there
+   (TCACHE_CPU_SIZE), which halves what each of hundreds of threads costs. */
 typedef struct tcache {
-  char *cpus;   /* per-CPU magazines (mag_cpus) this thread uses for malloc, or NULL: its own */
+  char *cpus;   /* per-CPU magazines (mag_percpu.c) this thread uses for malloc, or NULL: its own */
   uint8_t busy; /* nonzero while the owner works on its own magazines without the lock */
   lock_t lock;  /* the owner's slow paths, mag_reclaim_idle */
   uint64_t bytes_requested; /* sum of malloc sizes (small and large) */
   uint64_t large_allocs, large_frees;
-  int64_t sample_left;              /* allocations until the next sampled one (sample.c) */
-  uint32_t misses;                  /* slow paths taken (lock) */
-  uint32_t misses_seen;             /* misses at the last mag_reclaim_idle (lock) */
-  tslot_t *slots;                   /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
-  uintptr_t stack;                  /* an address in the owner's stack (leak reports' roots) */
-  struct tcache *next, *prev;       /* the registry of live thread caches (mag_registry_lock) */
-  union {                           /* malloc's size classes; [0] is never used */
-    town_t own[SC_COUNT + 1];       /* cpus NULL */
-    tcount_cpu_t cpu[SC_COUNT + 1]; /* cpus set */
-  } cls;
+  int64_t sample_left;               /* allocations until the next sampled one (sample.c) */
+  uint32_t misses;                   /* slow paths taken (lock) */
+  uint32_t misses_seen;              /* misses at the last mag_reclaim_idle (lock) */
+  cache_slot_t *slots;               /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
+  uintptr_t stack;                   /* an address in the owner's stack (leak reports' roots) */
+  struct tcache *next, *prev;        /* the registry of live thread caches (mag_registry_lock) */
+  union {                            /* malloc's size classes; [0] is never used */
+    thread_mags_t own[SC_COUNT + 1]; /* cpus NULL */
+    mag_counts_cpu_t cpu_counts[SC_COUNT + 1]; /* cpus set */
+  };
 } tcache_t;
 
-#define TCACHE_CPU_SIZE (offsetof(tcache_t, cls) + sizeof(tcount_cpu_t) * (SC_COUNT + 1))
+#define TCACHE_CPU_SIZE (offsetof(tcache_t, own) + sizeof(mag_counts_cpu_t) * (SC_COUNT + 1))
 
-/* One CPU's magazines of malloc's classes. Restartable sequences on the CPU pop and push on
-   the loaded magazines without a lock (rseq.h); everything else happens under the lock: the
-   previous magazines, and replacing a loaded one, which only a sequence on that CPU may do
-   (mag_cpu_install), or anyone after taking it away and fencing the CPU (mag_reclaim_idle). */
+/* One CPU's magazines of malloc's classes (mag_percpu.c). Restartable sequences on the CPU pop
+   and push on the loaded magazines without a lock (rseq.h); everything else happens under the
+   lock: the previous magazines, and replacing a loaded one, which only a sequence on that CPU
+   may do, or anyone after taking it away and fencing the CPU. */
 typedef struct mag_cpu {
-  tclass_t cls[SC_COUNT + 1]; /* threads count their own operations in their tcaches */
+  mag_pair_t mags[SC_COUNT + 1]; /* threads count their own operations in their tcaches */
   lock_t lock;
   uint32_t misses;                          /* slow paths taken on this CPU (lock) */
   uint32_t misses_seen;                     /* misses at the last mag_reclaim_idle (lock) */
 } __attribute__((aligned(4096))) mag_cpu_t; /* rseq.h: CPU i's record is at i << 12 */
 
-#define MAG_CPU_SLOT(c) (offsetof(mag_cpu_t, cls) + (c) * sizeof(tclass_t)) /* &cls[c].loaded */
+/* &mags[c].loaded */
+#define MAG_CPU_SLOT(c) (offsetof(mag_cpu_t, mags) + (c) * sizeof(mag_pair_t))
 
 extern MAGPIE_HIDDEN ptrdiff_t mag_rseq_area; /* glibc's __rseq_offset, once per-CPU is on */
 

@@ -13,17 +13,17 @@
 #include "rseq.h"
 
 /* A thread works on its own loaded magazines between fast_enter and fast_leave: the reaper
-   takes them only from a thread that is not (mag.c, theory 5). Compiler barriers suffice: the
+   takes them only from a thread that is not (mag_reclaim.c). Compiler barriers suffice: the
    reaper's membarrier orders the processors; the release store that clears the mark makes
    the operation's stores visible to a reaper that reads it clear (acquire) on processors that
-   reorder stores. Plain stores, not a count: an increment and a decrement chained every call
-   through one word and made single-thread churn 6% slower. (A signal handler that allocates in the
-   middle of a call clears the flag early; malloc is not async-signal-safe, and the thread's
-   magazines were not safe from it before either.) */
+   reorder stores. Plain stores, not a count, which would chain every call through one word
+   (docs/decisions/mag-busy-mark.md). (A signal handler that allocates in the middle of a call
+   clears the flag early; malloc is not async-signal-safe, so such a program is already
+   outside malloc's contract.) */
 static inline mag_t *fast_enter(tcache_t *tc, size_t c) {
   __atomic_store_n(&tc->busy, 1, __ATOMIC_RELAXED);
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  return __atomic_load_n(&tc->cls.own[c].mags.loaded, __ATOMIC_RELAXED);
+  return __atomic_load_n(&tc->own[c].mags.loaded, __ATOMIC_RELAXED);
 }
 
 static inline void fast_leave(tcache_t *tc) {
@@ -33,15 +33,15 @@ static inline void fast_leave(tcache_t *tc) {
 
 /* The loaded magazine of class c ran out (alloc) or filled up: if the previous one has rounds
    (room), they trade places, between fast_enter and fast_leave and without the tcache's lock,
-   so that a thread whose working set straddles the two pays no slow path (mag.c, theory 5:
-   how the reaper allows it). Returns the magazine now loaded, or NULL: the previous one cannot
+   so that a thread whose working set straddles the two pays no slow path (mag_reclaim.c: how
+   the reaper allows it). Returns the magazine now loaded, or NULL: the previous one cannot
    serve either, or the sentinel is loaded (the only magazine without room: how the reaper
    parks a class, and with which the owner never trades). The empty asm hides tc from the
    optimiser, which otherwise keeps this rare path's addresses in registers across the common
-   one (callgrind: 4 instructions a malloc+free pair). */
+   one (docs/decisions/mag-trade-without-lock.md). */
 static inline mag_t *fast_trade(tcache_t *tc, size_t c, bool alloc) {
   __asm__("" : "+r"(tc));
-  tclass_t *t = &tc->cls.own[c].mags;
+  mag_pair_t *t = &tc->own[c].mags;
   mag_t *m = t->loaded, *prev = t->prev;
   if (m->cap == 0 || (alloc ? prev->n == 0 : prev->n == prev->cap)) return NULL;
   __atomic_store_n(&t->loaded, prev, __ATOMIC_RELAXED);
@@ -50,11 +50,11 @@ static inline mag_t *fast_trade(tcache_t *tc, size_t c, bool alloc) {
 }
 
 /* Pops from the loaded magazine of class c the thread uses and counts the allocation; NULL if
-   the magazine is empty. Each branch counts in its own layout of tc->cls. */
+   the magazine is empty. Each branch counts in its own layout of the tcache's classes. */
 static inline void *fast_pop(tcache_t *tc, size_t c) {
 #if RSEQ_SUPPORTED
   if (tc->cpus) {
-    uint32_t *count = &tc->cls.cpu[c].allocs;
+    uint32_t *count = &tc->cpu_counts[c].allocs;
     if (!MP_LIKELY(*count >> 31 == 0)) return NULL; /* the slow path folds it (mag.h) */
     void *p = rseq_pop(tc->cpus + MAG_CPU_SLOT(c), mag_rseq_area);
     if (MP_LIKELY(p != NULL)) STAT_ADD(*count, 1);
@@ -73,7 +73,7 @@ static inline void *fast_pop(tcache_t *tc, size_t c) {
   m->n = n - 1;
   void *p = m->rounds[n - 1];
   if (p == NULL) __builtin_unreachable(); /* rounds are blocks: the caller need not test */
-  STAT_ADD(tc->cls.own[c].count.allocs, 1);
+  STAT_ADD(tc->own[c].count.allocs, 1);
   fast_leave(tc);
   return p;
 }
@@ -83,7 +83,7 @@ static inline void *fast_pop(tcache_t *tc, size_t c) {
 static inline int fast_push(tcache_t *tc, size_t c, void *p) {
 #if RSEQ_SUPPORTED
   if (tc->cpus) {
-    uint32_t *count = &tc->cls.cpu[c].frees;
+    uint32_t *count = &tc->cpu_counts[c].frees;
     if (!MP_LIKELY(*count >> 31 == 0)) return 0; /* the slow path folds it (mag.h) */
     int pushed = rseq_push(tc->cpus + MAG_CPU_SLOT(c), mag_rseq_area, p);
     if (MP_LIKELY(pushed)) STAT_ADD(*count, 1);
@@ -101,7 +101,7 @@ static inline int fast_push(tcache_t *tc, size_t c, void *p) {
   }
   m->rounds[n] = p;
   m->n = n + 1;
-  STAT_ADD(tc->cls.own[c].count.frees, 1);
+  STAT_ADD(tc->own[c].count.frees, 1);
   fast_leave(tc);
   return 1;
 }

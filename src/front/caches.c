@@ -17,7 +17,7 @@
  *      the child of a multithreaded fork; option reaper=0 keeps it away altogether.
  *      cache_trim gives back everything free at once; cache_reclaim, after an allocation found
  *      no memory, gives back every cached object and wholly free span for one more try.
- *   4. Object-cache ids index the threads' slot tables (mag.c); ids are reused after destroy.
+ *   4. Object-cache ids index the threads' slot tables (mag_slots.c); ids are reused after destroy.
  *   Lock order: the one list in fork.c.
  */
 #include "caches.h"
@@ -154,14 +154,14 @@ MAGPIE_EXPORT magpie_cache_t *magpie_cache_create(const char *name, size_t size,
 }
 
 /* The calling thread's magazines of cp when it has them already (the fast paths below). */
-static inline town_t *cache_slot(const cache_t *cp) {
-  tslot_t *slots = mag_tls->slots; /* NULL on tcache_boot and tcache_dead */
+static inline thread_mags_t *cache_slot(const cache_t *cp) {
+  cache_slot_t *slots = mag_tls->slots; /* NULL on tcache_boot and tcache_dead */
   return slots && cp->id < MAG_CACHE_SLOTS && slots[cp->id].cache == cp ? &slots[cp->id].own : NULL;
 }
 
 MAGPIE_EXPORT void *magpie_cache_alloc(magpie_cache_t *cache, int flags) {
   cache_t *cp = (cache_t *)cache;
-  town_t *s = cache_slot(cp);
+  thread_mags_t *s = cache_slot(cp);
   if (MP_LIKELY(s && s->mags.loaded->n)) {
     STAT_ADD(s->count.allocs, 1);
     return s->mags.loaded->rounds[--s->mags.loaded->n];
@@ -178,7 +178,7 @@ MAGPIE_EXPORT void *magpie_cache_alloc(magpie_cache_t *cache, int flags) {
 
 MAGPIE_EXPORT void magpie_cache_free(magpie_cache_t *cache, void *obj) {
   cache_t *cp = (cache_t *)cache;
-  town_t *s = cache_slot(cp);
+  thread_mags_t *s = cache_slot(cp);
   mag_t *m = s ? s->mags.loaded : NULL;
   if (MP_LIKELY(m && m->n < m->cap && slab_of(cp, obj))) {
     STAT_ADD(s->count.frees, 1);

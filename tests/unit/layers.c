@@ -80,7 +80,7 @@ static void *idler(void *arg) {
 static int idler_rounds(bool prev) {
   tcache_t *tc = idler_cache;
   lock_acquire(&tc->lock);
-  tclass_t *t = &tc->cls.own[sc_of(IDLER_SIZE)].mags;
+  mag_pair_t *t = &tc->own[sc_of(IDLER_SIZE)].mags;
   mag_t *m = prev ? t->prev : t->loaded;
   int n = m == &mag_empty ? -1 : (int)m->n;
   lock_release(&tc->lock);
@@ -103,7 +103,7 @@ static void *trader(void *arg) {
   unsigned c = sc_of(IDLER_SIZE);
   idler_round();
   tcache_t *tc = trade_cache = mag_tls;
-  tclass_t *t = &tc->cls.own[c].mags;
+  mag_pair_t *t = &tc->own[c].mags;
   UCHECK(t->loaded != &mag_empty && t->prev != &mag_empty);
   pthread_barrier_wait(&trade_ready); /* the reaper looks: this thread missed, it is not idle */
   pthread_barrier_wait(&trade_ready);
@@ -144,7 +144,7 @@ static void trade_in_window(bool swap) {
   mag_reclaim_idle();
   __atomic_store_n(&trade_looked, true, __ATOMIC_RELEASE);
   pthread_barrier_wait(&trade_done);
-  tclass_t *mags = &trade_cache->cls.own[sc_of(IDLER_SIZE)].mags;
+  mag_pair_t *mags = &trade_cache->own[sc_of(IDLER_SIZE)].mags;
   UCHECK(mags->loaded == trade_loaded && mags->prev == trade_prev);
   lock_acquire(&ic->depot.lock);
   UCHECK(ic->depot.nfull == full_before && ic->depot.nempty == empty_before);

@@ -1,5 +1,5 @@
 /*
- * The per-CPU magazines (mag.c, rseq.h), driven through magpie_* and the layers' functions:
+ * The per-CPU magazines (mag_percpu.c, rseq.h), driven through magpie_* and the layers' functions:
  *   - with glibc's rseq area and percpu_threads=1 (set in main), the first thread keeps its
  *     own magazines and every later one uses the CPUs';
  *   - threads moved between CPUs all the time (a mover thread changes their affinity) while
@@ -125,15 +125,16 @@ static void *fold_user(void *arg) {
   unsigned c = sc_of(FOLD_SIZE);
   static mag_totals_t before, after;
   mag_totals(&before);
-  uint32_t start = UINT32_MAX - 1 - tc->cls.cpu[c].allocs;
-  tc->cls.cpu[c].allocs += start;
-  tc->cls.cpu[c].frees += start;
+  uint32_t start = UINT32_MAX - 1 - tc->cpu_counts[c].allocs;
+  tc->cpu_counts[c].allocs += start;
+  tc->cpu_counts[c].frees += start;
   for (int i = 0; i < FOLD_PAIRS; i++)
     magpie_free(magpie_malloc(FOLD_SIZE));
   mag_totals(&after);
   UCHECK(after.allocs[c] == before.allocs[c] + start + FOLD_PAIRS);
   UCHECK(after.frees[c] == before.frees[c] + start + FOLD_PAIRS);
-  UCHECK(tc->cls.cpu[c].allocs <= FOLD_PAIRS && tc->cls.cpu[c].frees <= FOLD_PAIRS); /* folded */
+  UCHECK(tc->cpu_counts[c].allocs <= FOLD_PAIRS &&
+         tc->cpu_counts[c].frees <= FOLD_PAIRS); /* folded */
   return NULL;
 }
 
@@ -146,7 +147,7 @@ int main(int argc, char **argv) {
     return unit_exit();
   }
   UCHECK(mag_percpu());
-  bool fence = os_fence_rseq_register(); /* what mag.c found when it started */
+  bool fence = os_fence_rseq_register(); /* what mag_percpu.c found when it started */
   if (!fence)
     unit_skip("unit_percpu", "the checks that trim and the reaper take CPUs' loaded magazines "
                              "(end of part 1, part 2, part 3): the kernel refuses membarrier("

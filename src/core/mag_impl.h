@@ -1,0 +1,67 @@
+/*
+ * mag_impl: what the magazine layer's files share and nothing else uses: mag.c (thread caches,
+ * the registry, the slow paths), mag_percpu.c (per-CPU magazines), mag_slots.c (object-cache
+ * slots) and mag_reclaim.c (the reaper's parking). Other layers use mag.h and mag_fast.h.
+ */
+#ifndef MAGPIE_MAG_IMPL_H
+#define MAGPIE_MAG_IMPL_H
+
+#include "depot.h"
+#include "lock.h"
+#include "mag.h"
+
+#define MAG_PAIR_EMPTY                                                                             \
+  { &mag_empty, &mag_empty }
+
+/* mag.c: the registry of live thread caches, a circular list through mag_registry. */
+extern lock_t mag_registry_lock;
+extern tcache_t mag_registry;
+
+tcache_t *mag_self(void); /* the calling thread's tcache, made on its first call */
+
+/* A magazine of cp to its depot (the sentinel: nothing), and both of a pair, which is left
+   empty. */
+void mag_to_depot(cache_t *cp, mag_t *m);
+void mag_pair_to_depot(cache_t *cp, mag_pair_t *t);
+
+/* The slow paths of a pair whose loaded magazine is empty (alloc) or full (free), called with
+   the pair's lock held where it has one: they change only the previous magazine, trading it
+   with the depot or filling it from the slab layer, and then make it the loaded one. A CPU's
+   pair (cpu) starts bigger and spreads its rounds over cache lines (mag_percpu.c).
+   mag_alloc_refill returns NULL when memory ran out; mag_free_room returns false when the
+   caller must free obj to the slab layer itself. */
+void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, bool cpu);
+bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj);
+
+/* A miss on a thread's own magazines of cp, wrapped in what a miss takes (mag_miss_begin). */
+void *mag_own_alloc_miss(cache_t *cp, mag_pair_t *t);
+bool mag_own_free_miss(cache_t *cp, mag_pair_t *t, void *obj);
+
+/* One object straight from or to the slab layer, for a thread without magazines of cp. */
+void *mag_direct_alloc(cache_t *cp);
+void mag_direct_free(cache_t *cp, void *obj);
+
+/* mag_percpu.c */
+#define MAG_SPREAD_RUNS 8 /* line-aligned runs in a CPU's first refill of a small class */
+void mag_cpu_init(void);
+/* The per-CPU magazines for a thread starting as the live-th, or NULL: its own. */
+char *mag_cpu_for_thread(unsigned live);
+void mag_cpu_spread_lines(void **rounds, uint32_t n);
+void *mag_cpu_alloc_miss(cache_t *cp, unsigned c);
+bool mag_cpu_free_miss(cache_t *cp, unsigned c, void *obj);
+/* Gives the magazines of CPUs that have not missed since the last call (all: of every CPU) to
+   the depots. */
+void mag_cpu_reclaim(bool all);
+void mag_cpu_lock_all(void);
+void mag_cpu_unlock_all(void);
+void mag_cpu_reset_locks(void); /* in a fork's child */
+
+/* mag_slots.c: gives a thread's object-cache magazines to the depots (mag_registry_lock held)
+   at its exit, and unmaps its slots (after). */
+void mag_slots_to_depot(tcache_t *tc);
+void mag_slots_unmap(tcache_t *tc);
+
+/* mag_reclaim.c */
+void mag_reclaim_init(void);
+
+#endif

@@ -1,0 +1,197 @@
+/*
+ * mag_percpu: per-CPU magazines, one record of pairs of malloc's classes per possible CPU
+ * (mag_cpu_t, mag.h), for the threads started while threads outnumber the CPUs (the first
+ * percpu_threads keep magazines of their own: docs/decisions/mag-percpu-threads.md). Only where
+ * glibc registered an rseq area, and never with percpu=0 or under ThreadSanitizer.
+ *
+ * Theory
+ *   1. Pop and push are restartable sequences on the CPU's loaded magazine (rseq.h, mag_fast.h),
+ *      correct against preemption, migration and signals without atomics. Memory is bounded
+ *      by CPUs, not threads; each thread keeps only its counts (mag.h).
+ *   2. Everything else happens under the CPU's lock. A slow path works on a copy of the CPU's
+ *      pair and changes only the previous magazine, which no sequence touches; the new loaded
+ *      one is stored by a sequence that commits only on that CPU (mag_cpu_install). A thread
+ *      that moved meanwhile leaves the CPU's loaded magazine in place and parks the new one as
+ *      the previous: nothing is lost or shared.
+ *   3. Threads taking turns on a CPU get neighbouring objects from its magazines, and write
+ *      the same lines once they run apart. So a CPU's refill from the slab layer is dealt out a
+ *      line at a time (mag_cpu_spread_lines), and its first refill of a class of blocks smaller
+ *      than a line covers MAG_SPREAD_RUNS lines (mag.c's mag_fill_start).
+ *   4. The reaper takes the pairs of a CPU that has not missed since its last look: it stores
+ *      the sentinel into the loaded slots and fences the CPU (membarrier restarts any sequence
+ *      still using one), after which they are its own.
+ * Locking: a CPU's lock guards its previous magazines, its misses and any change of a loaded
+ * one outside a sequence. It is taken after mag_registry_lock (front/fork.c writes the order).
+ */
+#include "depot.h"
+#include "mag_impl.h"
+#include "options.h"
+#include "os.h"
+#include "rseq.h"
+
+#include <string.h>
+
+_Static_assert(sizeof(mag_cpu_t) == 4096, "rseq.h's sequences find CPU i's record at i << 12");
+
+#define MAG_SPREAD_MAX 64 /* rounds of a CPU's refill that mag_cpu_spread_lines orders */
+
+ptrdiff_t mag_rseq_area;
+static char *mag_cpus; /* mag_cpu_t[mag_ncpus], or NULL: magazines are per thread */
+static unsigned mag_ncpus;
+static bool mag_cpu_fence; /* os_fence_rseq works: idle CPUs' loaded magazines can be taken */
+
+static mag_cpu_t *mag_cpu(unsigned cpu) {
+  return (mag_cpu_t *)(mag_cpus + (size_t)cpu * sizeof(mag_cpu_t));
+}
+
+bool mag_percpu(void) {
+  return mag_cpus != NULL;
+}
+
+void mag_cpu_init(void) {
+#if RSEQ_SUPPORTED
+  unsigned n = os_cpu_possible();
+  if (!opt.percpu || !os_rseq_available() || n == 0) return;
+  mag_cpu_t *cpus = os_map(n * sizeof(mag_cpu_t)); /* zeroed: the locks are free */
+  if (!cpus) return;
+  for (unsigned i = 0; i < n; i++)
+    for (unsigned c = 0; c <= SC_COUNT; c++)
+      cpus[i].mags[c] = (mag_pair_t)MAG_PAIR_EMPTY;
+  mag_rseq_area = os_rseq_offset();
+  mag_ncpus = n;
+  mag_cpu_fence = os_fence_rseq_register();
+  mag_cpus = (char *)cpus;
+#endif
+}
+
+/* Per-CPU magazines go to the threads beyond the first percpu_threads (twice the CPUs by
+   default), where the thread has a registered rseq area. */
+char *mag_cpu_for_thread(unsigned live) {
+#if RSEQ_SUPPORTED
+  size_t few = opt.percpu_threads ? opt.percpu_threads : 2 * (size_t)os_cpu_count();
+  int cpu = mag_cpus && live > few ? rseq_cpu(mag_rseq_area) : -1;
+  if (cpu >= 0 && (unsigned)cpu < mag_ncpus) return mag_cpus;
+#else
+  (void)live;
+#endif
+  return NULL;
+}
+
+/* Orders the n rounds of a CPU's magazine, as the slab layer gave them (lowest address first),
+   so that pops, from the top, take one block of each cache line before a second of any:
+   threads taking turns on the CPU then hold blocks of different lines (theory 3). Only the top
+   MAG_SPREAD_MAX rounds, the next to go, are ordered: a slow path keeps its stack small. */
+void mag_cpu_spread_lines(void **rounds, uint32_t n) {
+  if (n > MAG_SPREAD_MAX) {
+    rounds += n - MAG_SPREAD_MAX;
+    n = MAG_SPREAD_MAX;
+  }
+  void *spread[MAG_SPREAD_MAX];
+  uint8_t rank[MAG_SPREAD_MAX]; /* blocks before this one in its line (lines hold at most 4) */
+  uint8_t ranks = 1;
+  for (uint32_t i = 0; i < n; i++) {
+    bool same = i > 0 && (uintptr_t)rounds[i] / OS_LINE == (uintptr_t)rounds[i - 1] / OS_LINE;
+    rank[i] = same ? (uint8_t)(rank[i - 1] + 1) : 0;
+    if (rank[i] >= ranks) ranks = (uint8_t)(rank[i] + 1);
+  }
+  if (ranks == 1) return; /* one block a line already */
+  uint32_t top = n;
+  for (uint8_t r = 0; r < ranks; r++)
+    for (uint32_t i = 0; i < n; i++)
+      if (rank[i] == r) spread[--top] = rounds[i];
+  memcpy(rounds, spread, n * sizeof *rounds);
+}
+
+#if RSEQ_SUPPORTED
+/* A miss on the CPU's magazines: reaps if it is time, then takes the lock of the CPU the thread
+   runs on (it may move away while it holds it: mag_cpu_install checks). */
+static mag_cpu_t *mag_cpu_lock(unsigned *cpu) {
+  mag_miss_hook();
+  *cpu = (unsigned)rseq_cpu(mag_rseq_area);
+  mag_cpu_t *mc = mag_cpu(*cpu);
+  lock_acquire(&mc->lock);
+  mc->misses++;
+  return mc;
+}
+
+/* Makes t, a copy of the CPU's pair of class c as a slow path left it, the CPU's. The loaded
+   magazine changes in a sequence on that CPU; if the thread has moved off it, the CPU keeps
+   its loaded magazine and the new one becomes the previous (the old previous is already in
+   the new one's place or the depot's). */
+static void mag_cpu_install(mag_cpu_t *mc, unsigned cpu, unsigned c, const mag_pair_t *t) {
+  mag_pair_t *slot = &mc->mags[c];
+  if (t->loaded == slot->loaded ||
+      rseq_store_on(cpu, (void **)&slot->loaded, t->loaded, mag_rseq_area))
+    slot->prev = t->prev;
+  else
+    slot->prev = t->loaded;
+}
+
+void *mag_cpu_alloc_miss(cache_t *cp, unsigned c) {
+  unsigned cpu;
+  mag_cpu_t *mc = mag_cpu_lock(&cpu);
+  mag_pair_t t = mc->mags[c];
+  void *obj = mag_alloc_refill(cp, &t, true);
+  mag_cpu_install(mc, cpu, c, &t);
+  lock_release(&mc->lock);
+  return obj;
+}
+
+/* Returns false when no magazine had room; the caller frees to the slab itself. */
+bool mag_cpu_free_miss(cache_t *cp, unsigned c, void *obj) {
+  unsigned cpu;
+  mag_cpu_t *mc = mag_cpu_lock(&cpu);
+  mag_pair_t t = mc->mags[c];
+  bool kept = mag_free_room(cp, &t, obj);
+  mag_cpu_install(mc, cpu, c, &t);
+  lock_release(&mc->lock);
+  return kept;
+}
+#endif
+
+/* A loaded magazine is first replaced by the sentinel; the fence then restarts any sequence on
+   that CPU that still uses it, after which it is the caller's (theory 4). */
+void mag_cpu_reclaim(bool all) {
+  mag_t *loaded[SC_COUNT + 1];
+  for (unsigned i = 0; i < mag_ncpus; i++) {
+    mag_cpu_t *mc = mag_cpu(i);
+    lock_acquire(&mc->lock);
+    if (all || mc->misses == mc->misses_seen) {
+      bool taken = false;
+      for (unsigned c = 1; c <= SC_COUNT; c++) {
+        mag_to_depot(&malloc_caches[c], mc->mags[c].prev);
+        mc->mags[c].prev = &mag_empty;
+        loaded[c] = mc->mags[c].loaded;
+        if (mag_cpu_fence && loaded[c] != &mag_empty) {
+          __atomic_store_n(&mc->mags[c].loaded, &mag_empty, __ATOMIC_RELAXED);
+          taken = true;
+        }
+      }
+      bool fenced = taken && os_fence_rseq(i);
+      for (unsigned c = 1; c <= SC_COUNT && taken; c++)
+        if (loaded[c] != &mag_empty) {
+          if (fenced)
+            mag_to_depot(&malloc_caches[c], loaded[c]);
+          else /* no fence, no taking: a sequence may still be using it */
+            __atomic_store_n(&mc->mags[c].loaded, loaded[c], __ATOMIC_RELAXED);
+        }
+    }
+    mc->misses_seen = mc->misses;
+    lock_release(&mc->lock);
+  }
+}
+
+void mag_cpu_lock_all(void) {
+  for (unsigned i = 0; i < mag_ncpus; i++)
+    lock_acquire(&mag_cpu(i)->lock);
+}
+
+void mag_cpu_unlock_all(void) {
+  for (unsigned i = 0; i < mag_ncpus; i++)
+    lock_release(&mag_cpu(i)->lock);
+}
+
+void mag_cpu_reset_locks(void) {
+  for (unsigned i = 0; i < mag_ncpus; i++)
+    lock_init(&mag_cpu(i)->lock);
+}

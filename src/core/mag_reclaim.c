@@ -1,0 +1,101 @@
+/*
+ * mag_reclaim: the reaper's side of the magazine layer. At each reap (front/caches.c, at most
+ * once per reap_ms) the CPUs (mag_percpu.c) and threads that have not missed since the last
+ * one give their magazines of malloc's classes to the depots, the loaded ones too. Object
+ * caches' magazines stay (mag_slots.c).
+ *
+ * Theory: taking the loaded magazines of a thread that works on them without a lock.
+ *   1. The owner marks its lock-free work on its own pairs (tc->busy, between fast_enter and
+ *      fast_leave, mag_fast.h), and trades the loaded magazine for the previous one only there
+ *      and never with the sentinel loaded (fast_trade).
+ *   2. Under the thread's lock, which keeps its slow paths out, the reaper parks each loaded
+ *      magazine: it exchanges the sentinel in and keeps what it held (mag_thread_park). The
+ *      previous magazines stay in place: the owner may be trading them.
+ *   3. One membarrier for a batch of parked threads orders each thread's store of busy before
+ *      its load of the loaded magazine against the reaper's exchange (an asymmetric fence).
+ *   4. After it, a thread whose busy is clear either finished with the parked magazines or
+ *      will see the sentinel. Where the sentinel is still loaded, the parked and previous
+ *      magazines are the reaper's; where it is not, the owner traded in the window and the
+ *      parked magazine is its previous one now, so the pair stays. A busy thread gets its
+ *      parked magazines back (mag_thread_settle).
+ *   5. Without membarrier, or under ThreadSanitizer, which cannot see the fence's ordering,
+ *      threads keep their magazines until they exit or trim.
+ * Locking: mag_registry_lock, then up to MAG_PARK_BATCH threads' locks at once, held until the
+ * batch is settled (front/fork.c writes the order).
+ */
+#include "mag_impl.h"
+#include "os.h"
+
+static bool mag_thread_fence; /* os_fence_threads works: idle threads' magazines can be taken */
+
+void mag_reclaim_init(void) {
+#ifndef __SANITIZE_THREAD__ /* ThreadSanitizer cannot see the fence's ordering (rseq.h) */
+  mag_thread_fence = os_fence_threads_register();
+#endif
+}
+
+/* Where mag_reclaim_idle keeps the loaded magazines it parked, for MAG_PARK_BATCH threads under
+   one fence (mag_registry_lock). Static: the reaper may run in a slow path, on a small stack. */
+#define MAG_PARK_BATCH 8
+static mag_t *mag_parked[MAG_PARK_BATCH][SC_COUNT + 1];
+
+/* Parks the loaded magazines of a thread that has not missed since the last look (its lock
+   held): swaps the sentinel in for each, keeping what it held in parked[]. Returns whether it
+   parked any. */
+static bool mag_thread_park(tcache_t *tc, mag_t **parked) {
+  bool any = false;
+  for (unsigned c = 1; c <= SC_COUNT; c++) {
+    mag_t **loaded = &tc->own[c].mags.loaded;
+    parked[c] = &mag_empty;
+    if (__atomic_load_n(loaded, __ATOMIC_RELAXED) != &mag_empty)
+      parked[c] = __atomic_exchange_n(loaded, &mag_empty, __ATOMIC_RELAXED);
+    any |= parked[c] != &mag_empty;
+  }
+  return any;
+}
+
+/* After the fence (fenced) or in its place: takes or gives back what mag_thread_park parked
+   (theory 4). */
+static void mag_thread_settle(tcache_t *tc, mag_t *const *parked, bool fenced) {
+  bool take = fenced && __atomic_load_n(&tc->busy, __ATOMIC_ACQUIRE) == 0;
+  for (unsigned c = 1; c <= SC_COUNT; c++) {
+    mag_pair_t *t = &tc->own[c].mags;
+    mag_t *sentinel = &mag_empty;
+    if (parked[c] == &mag_empty) continue;
+    if (!take)
+      __atomic_compare_exchange_n(&t->loaded, &sentinel, parked[c], false, __ATOMIC_RELAXED,
+                                  __ATOMIC_RELAXED);
+    else if (__atomic_load_n(&t->loaded, __ATOMIC_RELAXED) == &mag_empty) {
+      mag_to_depot(&malloc_caches[c], parked[c]);
+      mag_to_depot(&malloc_caches[c], t->prev);
+      t->prev = &mag_empty;
+    }
+  }
+}
+
+/* Threads that have not missed for an interval give up their magazines, where the fence works:
+   parked a batch of threads at a time, which stay locked until one fence has covered them. */
+void mag_reclaim_idle(void) {
+  mag_cpu_reclaim(false);
+  lock_acquire(&mag_registry_lock);
+  for (tcache_t *tc = mag_registry.next; tc != &mag_registry;) {
+    tcache_t *batch[MAG_PARK_BATCH];
+    unsigned n = 0;
+    for (; tc != &mag_registry && n < MAG_PARK_BATCH; tc = tc->next) {
+      lock_acquire(&tc->lock);
+      bool idle = !tc->cpus && tc->misses == tc->misses_seen;
+      if (idle && mag_thread_fence && mag_thread_park(tc, mag_parked[n])) {
+        batch[n++] = tc;
+        continue;
+      }
+      tc->misses_seen = tc->misses;
+      lock_release(&tc->lock);
+    }
+    bool fenced = n && os_fence_threads();
+    for (unsigned i = 0; i < n; i++) {
+      mag_thread_settle(batch[i], mag_parked[i], fenced);
+      lock_release(&batch[i]->lock);
+    }
+  }
+  lock_release(&mag_registry_lock);
+}
