@@ -8,7 +8,7 @@
  *   2. Magazine size: a cache starts with magazines of about MAG_BYTES_START of objects, 32..64
  *      rounds (64 up to 128-byte blocks, 32 above; fewer where 32 would hold more than
  *      MAG_BYTES_MAX, at least 2), and its depot may double them under contention up to
- *      MAG_BYTES_MAX (at most 256 rounds). Slow start (mag.c theory 8) keeps a thread that uses
+ *      MAG_BYTES_MAX (at most 256 rounds). Slow start (mag.c theory 5) keeps a thread that uses
  *      a class a little from reserving a magazine's worth; 32 rounds and more keep one that
  *      churns batches of a few dozen blocks a class off the depot and its loaded and previous
  *      magazines from trading places every batch (docs/design.md). MAGPIE_OPTIONS=mag_rounds

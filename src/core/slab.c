@@ -12,7 +12,7 @@
  *      them lowest address first without reading them (walking a list of cold objects was a
  *      chain of cache misses, 96% of slab_alloc's time under python3), and the slab layer
  *      never writes user memory. Returned objects go out first. A request for a run (a
- *      thread's first refill of a class, mag.c theory 8) takes never-used objects first where
+ *      thread's first refill of a class, mag.c theory 5) takes never-used objects first where
  *      the first partial slab has enough: returned ones may share cache lines with blocks that
  *      other threads hold.
  *      Invariant: used + nfree == carved <= per_slab, nfree == the bits set in map, all below

@@ -28,7 +28,7 @@
  *    3. debug mode: verify_lock, report_lock, debug_lock (debug.c)
  *    4. sample_lock (sample.c)
  *    5. cache_list_lock (cache.c)
- *    6. mag_registry_lock, then a thread cache's lock or a CPU's magazine lock (mag.c)
+ *    6. mag_registry_lock, then a tcache's lock or a CPU's magazine lock (mag.c, mag_percpu.c)
  *    7. a cache's depot lock, then its slab lock (depot.c, slab.c)
  *    8. the heap arena's lock (vmem.c)
  *    9. meta_pools_lock, then a metadata pool's lock (meta.c)

@@ -32,7 +32,7 @@
 #define RSEQ_SIG "0x53053053" /* glibc's RSEQ_SIG on x86 */
 #define RSEQ_CPU_ID "4"       /* offsetof(struct rseq, cpu_id) */
 #define RSEQ_CS "8"           /* offsetof(struct rseq, rseq_cs) */
-#define RSEQ_CPU_SHIFT "12"   /* per-CPU records are 4 KiB apart (mag.c checks) */
+#define RSEQ_CPU_SHIFT "12"   /* per-CPU records are 4 KiB apart (mag_percpu.c checks) */
 
 /* Label 3: the descriptor of the sequence from 1 to 2 aborting to 4; label 0: (re)start, which
    publishes the descriptor. The abort handler, out of line, restarts. */
