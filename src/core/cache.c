@@ -11,8 +11,8 @@
  *      MAG_BYTES_MAX (at most 256 rounds). Slow start (mag.c theory 5) keeps a thread that uses
  *      a class a little from reserving a magazine's worth; 32 rounds and more keep one that
  *      churns batches of a few dozen blocks a class off the depot and its loaded and previous
- *      magazines from trading places every batch (docs/design.md). MAGPIE_OPTIONS=mag_rounds
- *      sets the start for every cache.
+ *      magazines from trading places every batch (docs/decisions/magazine-size.md).
+ *      MAGPIE_OPTIONS=mag_rounds sets the start for every cache.
  */
 #include "cache.h"
 #include "depot.h"

@@ -17,8 +17,7 @@
  *      two allocations, and a class that hot (one thread churning batches of a class a little
  *      bigger than its two magazines) spends as much on trips to the depot as on the objects;
  *      from 32 rounds on, trips cost a sixteenth at most, and bigger magazines only hold more
- *      memory (producer/consumer threads passing them full, unbounded: 26.7 MB against 12.2 MB
- *      at 8 threads; at 32 rounds 12.5 MB against 11.4 MB at 16).
+ *      memory (producer/consumer threads pass them full; docs/decisions/depot-growth.md).
  *   3. Working set: full_min and empty_min record the lowest list lengths since the last reap;
  *      that many magazines were not needed during the interval, so depot_reap returns exactly
  *      those to the slab layer (their rounds) and to the metadata pool (the magazines).
@@ -26,7 +25,7 @@
  *      magazine goes back to the slab layer instead, so a burst of frees in one class cannot
  *      hold memory that other classes need (their slabs empty and go back to the arena). The
  *      bound is per cache and small (256 KiB, a few magazines): cached objects freed in
- *      random order each pin a slab, and python3's peak RSS was 107 MiB with 2 MiB a depot.
+ *      random order each pin a slab (docs/decisions/depot-bound.md).
  *   5. Lock order: a depot lock is never held while calling the slab layer or the metadata
  *      pools; it is a leaf below the thread registry.
  */

@@ -15,9 +15,9 @@
  *      Until then sc_lookup is zero (class 0), whose magazines are empty: the fast path falls
  *      into the slow path, which initialises.
  *   4. sc_lookup covers requests up to 32 KiB in 16-byte steps (2 KiB, of which a program
- *      touches the lines of the sizes it asks for): with it ending at 1 KiB, the fast path's
- *      branch between the table and the arithmetic was mispredicted for programs whose sizes
- *      straddle the end (churn: 18% of its time).
+ *      touches the lines of the sizes it asks for), so that the fast path's branch between the
+ *      table and the arithmetic is rarely taken both ways by one program: a program whose
+ *      sizes straddle the table's end mispredicts it (docs/decisions/size-class-table-32k.md).
  */
 #include "sizeclass.h"
 

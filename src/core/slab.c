@@ -9,12 +9,11 @@
  *   2. Objects are carved lazily: [0, carved) have been handed out at least once, the rest were
  *      never touched, so a fresh slab costs no page faults until used. Returned objects are
  *      marked in the descriptor's bitmap, not linked through themselves: a refill then takes
- *      them lowest address first without reading them (walking a list of cold objects was a
- *      chain of cache misses, 96% of slab_alloc's time under python3), and the slab layer
- *      never writes user memory. Returned objects go out first. A request for a run (a
- *      thread's first refill of a class, mag.c theory 5) takes never-used objects first where
- *      the first partial slab has enough: returned ones may share cache lines with blocks that
- *      other threads hold.
+ *      them lowest address first without reading them (a list through cold objects is a
+ *      chain of dependent cache misses), and the slab layer never writes user memory.
+ *      Returned objects go out first. A request for a run (a thread's first refill of a class,
+ *      mag.c theory 5) takes never-used objects first where the first partial slab has enough:
+ *      returned ones may share cache lines with blocks that other threads hold.
  *      Invariant: used + nfree == carved <= per_slab, nfree == the bits set in map, all below
  *      carved, none in the words below scan.
  *   3. The layer is entered only from the magazine layer's slow paths and moves objects in

@@ -3,7 +3,7 @@
  * what is done to all of them at once: bring-up, reaping, trimming, reclaiming, fork.
  *
  * Theory
- *   1. A cache is a slab layer plus a depot (cache.h). malloc's 72 size classes are static
+ *   1. A cache is a slab layer plus a depot (cache.h). malloc's 96 size classes are static
  *      caches without constructors; magpie_cache_create makes object caches with them, whose
  *      slabs carry PM_TAG_CACHE in the page map so free() refuses their objects.
  *   2. Each cache is set up by core/cache.c (its slab geometry and magazine size).

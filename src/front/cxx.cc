@@ -5,7 +5,7 @@
 // their size and alignment reach the slow path only, where debug mode checks them.
 //
 // No libstdc++ dependency: a C program that preloads magpie should not pay for loading the C++
-// runtime (about 1.8 MB of RSS with libm, and its start-up allocations). Every runtime symbol
+// runtime, its memory and its start-up allocations. Every runtime symbol
 // used here is a weak reference: in a C++ program libstdc++ is loaded and they resolve, so the
 // standard behaviour holds; in a C program nothing calls operator new. std::bad_alloc is thrown
 // through the Itanium C++ ABI (__cxa_allocate_exception, __cxa_throw, bad_alloc's vtable and

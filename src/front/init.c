@@ -58,7 +58,7 @@ static void *heap_remap(void *source, void *addr, size_t old_size, size_t new_si
 }
 
 /* The free bytes the heap may hold before a free releases a whole span: twice `retain`, which
-   each reap purges down to (cache.c). Between reaps a program that churns big blocks reuses
+   each reap purges down to (caches.c). Between reaps a program that churns big blocks reuses
    what it freed instead of unmapping and faulting it in again; the reaper bounds how long. */
 static size_t heap_retain(void) {
   return opt.retain > SIZE_MAX / 2 ? SIZE_MAX : 2 * opt.retain;
