@@ -52,7 +52,8 @@ void magpie_cache_destroy(magpie_cache_t *cache);
    aborts unless MAGPIE_DEBUG asked to continue, in which case the count of errors is returned. */
 int magpie_verify(void);
 
-/* Statistics report on file descriptor fd: human-readable text, or JSON (see docs/stats.md). */
+/* Statistics report on file descriptor fd: human-readable text, or JSON (docs/design.md,
+ * "Statistics"). */
 #define MAGPIE_STATS_TEXT 0
 #define MAGPIE_STATS_JSON 1
 int magpie_stats_write(int fd, int format);

@@ -6,7 +6,7 @@
  *   1. The prepare handler takes every lock of magpie in the order below, so the child starts
  *      with consistent structures; the parent releases them in reverse; the child re-initialises
  *      them (the holders of the parent's locks do not exist there) and keeps only the cache of
- *      the thread that forked (cache.c, mag.c).
+ *      the thread that forked (caches.c, mag.c).
  *   2. stdio first. glibc's fork takes stdio's list lock after running the prepare handlers,
  *      and a thread in getline holds its FILE's lock while it allocates, while fflush(NULL)
  *      holds the list lock and waits for that FILE. Taking magpie's locks first would close a
@@ -27,7 +27,7 @@
  *    2. stats_lock (stats.c)
  *    3. debug mode: verify_lock, report_lock, debug_lock (debug.c)
  *    4. sample_lock (sample.c)
- *    5. cache_list_lock (cache.c)
+ *    5. cache_list_lock (caches.c)
  *    6. mag_registry_lock, then a tcache's lock or a CPU's magazine lock (mag.c, mag_percpu.c)
  *    7. a cache's depot lock, then its slab lock (depot.c, slab.c)
  *    8. the heap arena's lock (vmem.c)
