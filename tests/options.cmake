@@ -39,7 +39,8 @@ option_config(sampled MAGPIE_OPTIONS=percpu=0,reaper=0,sample=1,reap_ms=1)
 set(OPTION_CONFIGS_API percpu0 reaper0 mag_rounds2 reap_ms1 retain0 sample1 debug)
 set(OPTION_CONFIGS_STRESS small_mags sampled debug)
 
-# The warnings of src/options.c and src/debug.c about MAGPIE_OPTIONS and MAGPIE_DEBUG.
+# The warnings of src/core/options.c and src/debug/debug_flags.c about MAGPIE_OPTIONS and
+# MAGPIE_DEBUG.
 set(OPTION_WARNING_REGEX "magpie: [a-z ]+ in MAGPIE_(OPTIONS|DEBUG) \\(")
 
 # option_test(NAME CONFIG LABELS TIMEOUT ENV COMMAND...): test NAME@CONFIG runs COMMAND with ENV

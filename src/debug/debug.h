@@ -1,6 +1,6 @@
 /*
- * debug: MAGPIE_DEBUG mode (libumem's UMEM_DEBUG, after issue 4). The contract between the
- * allocator and debug.c.
+ * debug: MAGPIE_DEBUG mode, after libumem's UMEM_DEBUG. The contract between the front layer and
+ * debug mode (src/debug/; debug_impl.h maps its files).
  *
  * When the environment has a non-empty MAGPIE_DEBUG, magpie_init calls debug_init and sets
  * debug_on before serving anything. From then on no thread ever gets a filled magazine, so every
@@ -8,7 +8,7 @@
  * the functions below instead of the normal layers. Normal mode pays nothing for this: the fast
  * path never tests debug_on, only the slow paths do.
  *
- * kind says which API made or frees a block, so debug.c can catch mismatches:
+ * kind says which API made or frees a block, so debug mode can catch mismatches:
  *   DEBUG_MALLOC   malloc, calloc, realloc, memalign family, free, free_sized
  *   DEBUG_NEW      C++ operator new / delete (scalar or array), any alignment
  * align is the alignment the caller asked for (0: the default, 16), and on free the alignment

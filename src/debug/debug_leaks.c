@@ -134,12 +134,12 @@ static void heap_sort(void **v, size_t n, cmp_fn *cmp) {
 }
 
 static int by_address(const void *a, const void *b) {
-  uintptr_t x = ((const drec_t *)a)->user, y = ((const drec_t *)b)->user;
+  uintptr_t x = ((const block_record_t *)a)->user, y = ((const block_record_t *)b)->user;
   return x < y ? -1 : x > y;
 }
 
 static int by_stack(const void *a, const void *b) {
-  const drec_t *x = a, *y = b;
+  const block_record_t *x = a, *y = b;
   if (x->alloc_depth != y->alloc_depth) return x->alloc_depth < y->alloc_depth ? -1 : 1;
   for (int i = 0; i < x->alloc_depth; i++)
     if (x->stack[i] != y->stack[i]) return x->stack[i] < y->stack[i] ? -1 : 1;
@@ -154,10 +154,10 @@ static int by_bytes(const void *a, const void *b) { /* the larger group sorts fi
 /* ---- marking ---- */
 
 typedef struct marker {
-  drec_t **blocks; /* live blocks by address */
+  block_record_t **blocks; /* live blocks by address */
   size_t n;
-  uintptr_t lo, hi; /* the span they cover */
-  drec_t **stack;   /* marked, not yet scanned */
+  uintptr_t lo, hi;       /* the span they cover */
+  block_record_t **stack; /* marked, not yet scanned */
   size_t top;
 } marker_t;
 
@@ -171,7 +171,7 @@ static void mark_word(marker_t *m, uintptr_t w) {
     else
       hi = mid;
   }
-  drec_t *r = m->blocks[lo];
+  block_record_t *r = m->blocks[lo];
   if (w >= r->user && w < r->user + (r->size ? r->size : 1) && !r->mark) {
     r->mark = 1;
     m->stack[m->top++] = r;
@@ -198,7 +198,7 @@ static void mark_all(marker_t *m) {
   m->lo = m->blocks[0]->user;
   m->hi = 0;
   for (size_t i = 0; i < m->n; i++) {
-    drec_t *r = m->blocks[i];
+    block_record_t *r = m->blocks[i];
     uintptr_t end = r->user + (r->size ? r->size : 1);
     if (end > m->hi) m->hi = end;
   }
@@ -207,7 +207,7 @@ static void mark_all(marker_t *m) {
   for (size_t i = 1; i <= nstacks; i++)
     mark_other_stack(m, stack_lo[i], stack_hi[i]);
   while (m->top > 0) {
-    drec_t *r = m->stack[--m->top];
+    block_record_t *r = m->stack[--m->top];
     mark_range(m, r->user, r->user + r->size);
   }
 }
@@ -235,13 +235,13 @@ static void put_line_start(report_buf_t *b, const group_t *g) {
 void debug_leaks_report(uintptr_t stack_from) {
   nroots = 0;
   nstacks = 0;
-  if (dopt.leaks_unreachable) {
+  if (debug_flags.leaks_unreachable) {
     dl_iterate_phdr(root_step, (void *)(uintptr_t)debug_leaks_report);
     find_stacks(stack_from);
   }
   lock_acquire(&debug_lock);
-  size_t n = debug_live, map_bytes = (2 * n + 1) * sizeof(drec_t *);
-  drec_t **blocks = os_map(map_bytes);
+  size_t n = debug_live, map_bytes = (2 * n + 1) * sizeof(block_record_t *);
+  block_record_t **blocks = os_map(map_bytes);
   if (!blocks) {
     lock_release(&debug_lock);
     release_stack_copy();
@@ -250,13 +250,13 @@ void debug_leaks_report(uintptr_t stack_from) {
   }
   size_t k = 0;
   for (size_t i = 0; debug_hash && i <= debug_hash_mask; i++)
-    for (drec_t *r = debug_hash[i]; r; r = r->hnext)
+    for (block_record_t *r = debug_hash[i]; r; r = r->hash_next)
       if (r->state == REC_LIVE && k < n) {
         r->mark = 0;
         blocks[k++] = r;
       }
   n = k;
-  if (dopt.leaks_unreachable) {
+  if (debug_flags.leaks_unreachable) {
     heap_sort((void **)blocks, n, by_address);
     marker_t m = {.blocks = blocks, .n = n, .stack = blocks + n, .top = 0};
     mark_all(&m);
@@ -277,7 +277,7 @@ void debug_leaks_report(uintptr_t stack_from) {
   if (groups) {
     group_t *g = NULL;
     for (size_t i = 0; i < n; i++) {
-      drec_t *r = blocks[i];
+      block_record_t *r = blocks[i];
       if (!g || by_stack(blocks[i - 1], r) != 0) {
         g = g ? g + 1 : groups;
         g->min = g->max = r->size;
@@ -301,7 +301,8 @@ void debug_leaks_report(uintptr_t stack_from) {
   report_dec(&b, n);
   report_str(&b, n == 1 ? " block (" : " blocks (");
   report_dec(&b, total);
-  report_str(&b, dopt.leaks_unreachable ? " bytes) unreachable at exit" : " bytes) never freed");
+  report_str(&b,
+             debug_flags.leaks_unreachable ? " bytes) unreachable at exit" : " bytes) never freed");
   if (n) {
     report_str(&b, ", from ");
     report_dec(&b, ngroups);

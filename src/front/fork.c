@@ -25,7 +25,7 @@
  * Lock order. A thread that holds a lock of this list takes only locks further down it:
  *    1. stdio's list lock (glibc's; magpie takes it only here)
  *    2. stats_lock (stats.c)
- *    3. debug mode: verify_lock, report_lock, debug_lock (debug.c)
+ *    3. debug mode: debug_verify_lock, debug_report_lock, debug_lock (src/debug/)
  *    4. sample_lock (sample.c)
  *    5. cache_list_lock (caches.c)
  *    6. mag_registry_lock, then a tcache's lock or a CPU's magazine lock (mag.c, mag_percpu.c)
