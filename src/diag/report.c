@@ -16,16 +16,20 @@
 
 #include <stdlib.h>
 
+void report_error_head(report_buf_t *b, const char *kind, const void *addr, const char *detail) {
+  report_str(b, "magpie: ");
+  report_str(b, kind);
+  report_str(b, " of address ");
+  report_hex(b, (uintptr_t)addr);
+  if (detail && detail[0]) {
+    report_str(b, ": ");
+    report_str(b, detail);
+  }
+}
+
 void report_heap_error(const char *kind, const void *addr, const char *detail) {
   report_buf_t b = {.len = 0};
-  report_str(&b, "magpie: ");
-  report_str(&b, kind);
-  report_str(&b, " of address ");
-  report_hex(&b, (uintptr_t)addr);
-  if (detail) {
-    report_str(&b, ": ");
-    report_str(&b, detail);
-  }
+  report_error_head(&b, kind, addr, detail);
   report_str(&b, "\n");
   report_current_stack(&b);
   report_flush(&b);

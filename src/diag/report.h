@@ -14,6 +14,9 @@
 extern "C" {
 #endif
 
+/* "magpie: <kind> of address <addr>[: <detail>]", no newline: the first line of every heap error
+   report, this layer's and debug mode's. */
+void report_error_head(report_buf_t *b, const char *kind, const void *addr, const char *detail);
 /* A program error on a heap block: prints kind, address, detail and the caller's stack, aborts. */
 __attribute__((noreturn, cold)) void report_heap_error(const char *kind, const void *addr,
                                                        const char *detail);
