@@ -9,8 +9,9 @@
  *      size, plus large blocks). Peak live bytes is the peak of "held" bytes - objects threads
  *      took from the shared layers, in their magazines or live - tracked at each magazine
  *      movement: an upper bound of the true peak, within two magazines per thread and class.
- *   3. Reports are built in a stack buffer and written with write(2), so they work at exit,
- *      in a signal-free context with a damaged heap, and from malloc_stats.
+ *   3. Reports are built with diag's text builder (report_buf.h), in a buffer on the stack,
+ *      and written with write(2), so they work at exit, in a signal-free context with a
+ *      damaged heap, and from malloc_stats.
  */
 #include "stats.h"
 #include "cache.h"
@@ -70,47 +71,20 @@ void stats_summary(stats_summary_t *out) {
   lock_release(&stats_lock);
 }
 
-/* ---- output ---- */
+/* ---- output (diag's text builder, written to the descriptor asked for) ---- */
 
-typedef struct out {
-  int fd;
-  size_t len;
-  char buf[2048];
-} out_t;
-
-static void out_flush(out_t *o) {
-  os_write_all(o->fd, o->buf, o->len);
-  o->len = 0;
-}
-
-static void out_str(out_t *o, const char *s) {
-  for (; *s; s++) {
-    if (o->len == sizeof o->buf) out_flush(o);
-    o->buf[o->len++] = *s;
-  }
-}
-
-/* Unsigned decimal, right-aligned in width characters (0: no padding). */
-static void out_num(out_t *o, uint64_t v, int width) {
-  char s[REPORT_DEC_MAX];
-  for (int pad = width - report_format_dec(s, v); pad > 0; pad--)
-    out_str(o, " ");
-  out_str(o, s);
-}
-
-static void out_field(out_t *o, const char *key, uint64_t v, bool json) {
+/* One figure: ,"key":v in JSON; a line "  key<padding>v" in text, v right-aligned. */
+static void stats_field(report_buf_t *b, const char *key, uint64_t v, bool json) {
   if (json) {
-    out_str(o, ",\"");
-    out_str(o, key);
-    out_str(o, "\":");
-    out_num(o, v, 0);
+    report_str(b, ",\"");
+    report_str(b, key);
+    report_str(b, "\":");
+    report_dec(b, v);
   } else {
-    out_str(o, "  ");
-    out_str(o, key);
-    for (size_t pad = strlen(key); pad < 20; pad++)
-      out_str(o, " ");
-    out_num(o, v, 16);
-    out_str(o, "\n");
+    report_str(b, "  ");
+    report_str_width(b, key, 20);
+    report_dec_width(b, v, 16);
+    report_str(b, "\n");
   }
 }
 
@@ -132,34 +106,34 @@ static void cache_figures(cache_t *cp, cache_figures_t *f) {
 
 void stats_write(int fd, int format) {
   bool json = format == MAGPIE_STATS_JSON;
-  out_t o = {.fd = fd, .len = 0};
+  report_buf_t b = {.to_fd = true, .fd = fd};
   stats_summary_t s;
   lock_acquire(&stats_lock);
   mag_totals(&stats_totals_buf);
   stats_fill(&s, &stats_totals_buf);
   if (json) {
-    out_str(&o, "{\"magpie\":1");
-    out_field(&o, "pid", (uint64_t)os_getpid(), true);
+    report_str(&b, "{\"magpie\":1");
+    stats_field(&b, "pid", (uint64_t)os_getpid(), true);
   } else {
-    out_str(&o, "magpie statistics (pid ");
-    out_num(&o, (uint64_t)os_getpid(), 0);
-    out_str(&o, ")\n");
+    report_str(&b, "magpie statistics (pid ");
+    report_dec(&b, (uint64_t)os_getpid());
+    report_str(&b, ")\n");
   }
-  out_field(&o, "allocs", s.allocs, json);
-  out_field(&o, "frees", s.frees, json);
-  out_field(&o, "bytes_requested", s.bytes_requested, json);
-  out_field(&o, "live_bytes", s.live_bytes, json);
-  out_field(&o, "peak_live_bytes", s.peak_live_bytes, json);
-  out_field(&o, "mapped_bytes", s.mapped_bytes, json);
-  out_field(&o, "peak_mapped_bytes", s.peak_mapped_bytes, json);
-  out_field(&o, "rss_bytes", os_rss_bytes(), json);
-  out_field(&o, "threads_live", s.threads_live, json);
-  out_field(&o, "threads_total", s.threads_ever, json);
-  out_field(&o, "cpus", os_cpu_count(), json);
-  out_field(&o, "rseq", os_rseq_available(), json);
-  out_field(&o, "percpu", mag_percpu(), json);
-  out_str(&o, json ? ",\"classes\":["
-                   : "  class     size       allocs        frees   slabs  cached  depot mag\n");
+  stats_field(&b, "allocs", s.allocs, json);
+  stats_field(&b, "frees", s.frees, json);
+  stats_field(&b, "bytes_requested", s.bytes_requested, json);
+  stats_field(&b, "live_bytes", s.live_bytes, json);
+  stats_field(&b, "peak_live_bytes", s.peak_live_bytes, json);
+  stats_field(&b, "mapped_bytes", s.mapped_bytes, json);
+  stats_field(&b, "peak_mapped_bytes", s.peak_mapped_bytes, json);
+  stats_field(&b, "rss_bytes", os_rss_bytes(), json);
+  stats_field(&b, "threads_live", s.threads_live, json);
+  stats_field(&b, "threads_total", s.threads_ever, json);
+  stats_field(&b, "cpus", os_cpu_count(), json);
+  stats_field(&b, "rseq", os_rseq_available(), json);
+  stats_field(&b, "percpu", mag_percpu(), json);
+  report_str(&b, json ? ",\"classes\":["
+                      : "  class     size       allocs        frees   slabs  cached  depot mag\n");
   bool first = true;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
     cache_figures_t f;
@@ -168,44 +142,44 @@ void stats_write(int fd, int format) {
     uint64_t live = stats_totals_buf.allocs[c] - stats_totals_buf.frees[c];
     uint64_t cached = f.objects_out > live ? f.objects_out - live : 0;
     if (json) {
-      out_str(&o, first ? "{\"class\":" : ",{\"class\":");
-      out_num(&o, c, 0);
-      out_field(&o, "size", sc_info[c].size, true);
-      out_field(&o, "allocs", stats_totals_buf.allocs[c], true);
-      out_field(&o, "frees", stats_totals_buf.frees[c], true);
-      out_field(&o, "slabs", f.slabs, true);
-      out_field(&o, "cached", cached, true);
-      out_field(&o, "depot_full", f.depot_full, true);
-      out_field(&o, "mag_rounds", f.mag_cap, true);
-      out_field(&o, "depot_exchanges", f.exchanges, true);
-      out_str(&o, "}");
+      report_str(&b, first ? "{\"class\":" : ",{\"class\":");
+      report_dec(&b, c);
+      stats_field(&b, "size", sc_info[c].size, true);
+      stats_field(&b, "allocs", stats_totals_buf.allocs[c], true);
+      stats_field(&b, "frees", stats_totals_buf.frees[c], true);
+      stats_field(&b, "slabs", f.slabs, true);
+      stats_field(&b, "cached", cached, true);
+      stats_field(&b, "depot_full", f.depot_full, true);
+      stats_field(&b, "mag_rounds", f.mag_cap, true);
+      stats_field(&b, "depot_exchanges", f.exchanges, true);
+      report_str(&b, "}");
     } else {
-      out_num(&o, c, 7);
-      out_num(&o, sc_info[c].size, 9);
-      out_num(&o, stats_totals_buf.allocs[c], 13);
-      out_num(&o, stats_totals_buf.frees[c], 13);
-      out_num(&o, f.slabs, 8);
-      out_num(&o, cached, 8);
-      out_num(&o, f.depot_full, 7);
-      out_num(&o, f.mag_cap, 4);
-      out_str(&o, "\n");
+      report_dec_width(&b, c, 7);
+      report_dec_width(&b, sc_info[c].size, 9);
+      report_dec_width(&b, stats_totals_buf.allocs[c], 13);
+      report_dec_width(&b, stats_totals_buf.frees[c], 13);
+      report_dec_width(&b, f.slabs, 8);
+      report_dec_width(&b, cached, 8);
+      report_dec_width(&b, f.depot_full, 7);
+      report_dec_width(&b, f.mag_cap, 4);
+      report_str(&b, "\n");
     }
     first = false;
   }
   lock_release(&stats_lock);
   if (json) {
-    out_str(&o, "],\"large\":{\"allocs\":");
-    out_num(&o, s.large_allocs, 0);
-    out_field(&o, "frees", s.large_frees, true);
-    out_field(&o, "live_bytes", s.large_live_bytes, true);
-    out_str(&o, "}}\n");
+    report_str(&b, "],\"large\":{\"allocs\":");
+    report_dec(&b, s.large_allocs);
+    stats_field(&b, "frees", s.large_frees, true);
+    stats_field(&b, "live_bytes", s.large_live_bytes, true);
+    report_str(&b, "}}\n");
   } else {
-    out_str(&o, "  large blocks\n");
-    out_field(&o, "allocs", s.large_allocs, false);
-    out_field(&o, "frees", s.large_frees, false);
-    out_field(&o, "live_bytes", s.large_live_bytes, false);
+    report_str(&b, "  large blocks\n");
+    stats_field(&b, "allocs", s.large_allocs, false);
+    stats_field(&b, "frees", s.large_frees, false);
+    stats_field(&b, "live_bytes", s.large_live_bytes, false);
   }
-  out_flush(&o);
+  report_flush(&b);
 }
 
 /* glibc's malloc_stats layout, which programs and scripts parse: magpie's one heap is
@@ -229,14 +203,14 @@ void stats_write_glibc(int fd) {
       {"max mmap regions = ", s.large_peak_blocks},
       {"max mmap bytes   = ", s.large_peak_bytes},
   };
-  out_t o = {.fd = fd, .len = 0};
+  report_buf_t b = {.to_fd = true, .fd = fd};
   for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
-    out_str(&o, lines[i].label);
+    report_str(&b, lines[i].label);
     if (lines[i].label[strlen(lines[i].label) - 1] == '\n') continue; /* a heading */
-    out_num(&o, lines[i].value, 10);
-    out_str(&o, "\n");
+    report_dec_width(&b, lines[i].value, 10);
+    report_str(&b, "\n");
   }
-  out_flush(&o);
+  report_flush(&b);
 }
 
 void stats_fork_prepare(void) {
