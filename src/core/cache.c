@@ -21,6 +21,8 @@
 
 #include <string.h>
 
+_Static_assert(OPT_MAG_ROUNDS_MAX == MAG_CAP_MAX, "mag_rounds' range is the magazines'");
+
 #define MAG_BYTES_START ((size_t)8 << 10) /* objects in a first magazine, in 32..64 rounds */
 #define MAG_BYTES_MAX ((size_t)256 << 10) /* but no more than this (2 rounds at least) */
 

@@ -6,7 +6,8 @@
  *      may not be usable that early and nothing here may allocate. Values are decimal with an
  *      optional k/m/g suffix (powers of 1024), or a word where the table lists words.
  *   2. An unknown name, or a value that does not parse, gives one warning naming it; the
- *      option keeps its default. Parsing never fails the program.
+ *      option keeps its default. A number outside its option's range is clamped to it, with a
+ *      warning naming the option and the value used. Parsing never fails the program.
  *   3. opt is written only before the allocator serves its first request, then only read.
  */
 #include "options.h"
@@ -35,20 +36,21 @@ typedef struct opt_entry {
   const char *name;
   opt_kind_t kind;
   size_t offset;
+  size_t min, max; /* OPT_SIZE: the range; 0, 0: any value */
 } opt_entry_t;
 
 static const opt_entry_t opt_table[] = {
-    {"stats", OPT_STATS_WORD, offsetof(options_t, stats)},
-    {"stats_file", OPT_PATH, offsetof(options_t, stats_file)},
-    {"mag_rounds", OPT_SIZE, offsetof(options_t, mag_rounds)},
-    {"reap_ms", OPT_SIZE, offsetof(options_t, reap_ms)},
-    {"retain", OPT_SIZE, offsetof(options_t, retain)},
-    {"large_own", OPT_SIZE, offsetof(options_t, large_own)},
-    {"calloc_populate", OPT_SIZE, offsetof(options_t, calloc_populate)},
-    {"reaper", OPT_SIZE, offsetof(options_t, reaper)},
-    {"sample", OPT_SIZE, offsetof(options_t, sample)},
-    {"percpu", OPT_SIZE, offsetof(options_t, percpu)},
-    {"percpu_threads", OPT_SIZE, offsetof(options_t, percpu_threads)},
+    {"stats", OPT_STATS_WORD, offsetof(options_t, stats), 0, 0},
+    {"stats_file", OPT_PATH, offsetof(options_t, stats_file), 0, 0},
+    {"mag_rounds", OPT_SIZE, offsetof(options_t, mag_rounds), 0, OPT_MAG_ROUNDS_MAX},
+    {"reap_ms", OPT_SIZE, offsetof(options_t, reap_ms), 1, SIZE_MAX / 1000000}, /* 0: a busy loop */
+    {"retain", OPT_SIZE, offsetof(options_t, retain), 0, 0},
+    {"large_own", OPT_SIZE, offsetof(options_t, large_own), 0, 0},
+    {"calloc_populate", OPT_SIZE, offsetof(options_t, calloc_populate), 0, 0},
+    {"reaper", OPT_SIZE, offsetof(options_t, reaper), 0, 0},
+    {"sample", OPT_SIZE, offsetof(options_t, sample), 0, 0},
+    {"percpu", OPT_SIZE, offsetof(options_t, percpu), 0, 0},
+    {"percpu_threads", OPT_SIZE, offsetof(options_t, percpu_threads), 0, 0},
 };
 
 static bool opt_parse_size(const char *s, size_t len, size_t *out) {
@@ -77,11 +79,26 @@ static bool opt_word(const char *s, size_t len, const char *word) {
   return strlen(word) == len && memcmp(s, word, len) == 0;
 }
 
+/* Keeps *v in e's range; warns with the value used when it was not. */
+static void opt_clamp(const opt_entry_t *e, size_t *v) {
+  if (e->max == 0 || (*v >= e->min && *v <= e->max)) return;
+  *v = *v < e->min ? e->min : e->max;
+  report_buf_t b = {.len = 0};
+  report_str(&b, "magpie: value out of range in MAGPIE_OPTIONS (set to ");
+  report_dec(&b, *v);
+  report_str(&b, "): ");
+  report_str(&b, e->name);
+  report_str(&b, "\n");
+  report_flush(&b);
+}
+
 static bool opt_set(const opt_entry_t *e, const char *val, size_t len) {
   char *field = (char *)&opt + e->offset;
   switch (e->kind) {
   case OPT_SIZE:
-    return opt_parse_size(val, len, (size_t *)field);
+    if (!opt_parse_size(val, len, (size_t *)field)) return false;
+    opt_clamp(e, (size_t *)field);
+    return true;
   case OPT_STATS_WORD: {
     size_t *v = (size_t *)field;
     if (opt_word(val, len, "0") || opt_word(val, len, "off"))
@@ -103,14 +120,6 @@ static bool opt_set(const opt_entry_t *e, const char *val, size_t len) {
   return false;
 }
 
-/* Copies at most cap-1 bytes of s into a NUL-terminated buffer for a warning. */
-static const char *opt_quote(char *buf, size_t cap, const char *s, size_t len) {
-  if (len >= cap) len = cap - 1;
-  memcpy(buf, s, len);
-  buf[len] = '\0';
-  return buf;
-}
-
 void options_parse(const char *text) {
   const char *s = text;
   while (*s) {
@@ -123,17 +132,14 @@ void options_parse(const char *text) {
     size_t name_len = (size_t)(eq - s);
     const char *val = eq < end ? eq + 1 : end;
     size_t val_len = (size_t)(end - val);
-    char quoted[64];
     if (name_len > 0) {
       const opt_entry_t *found = NULL;
       for (size_t i = 0; i < sizeof opt_table / sizeof opt_table[0]; i++)
         if (opt_word(s, name_len, opt_table[i].name)) found = &opt_table[i];
       if (!found)
-        report_warning("unknown option in MAGPIE_OPTIONS (ignored): ",
-                       opt_quote(quoted, sizeof quoted, s, name_len));
+        report_warning_n("unknown option in MAGPIE_OPTIONS (ignored): ", s, name_len);
       else if (eq == end || !opt_set(found, val, val_len))
-        report_warning("bad value in MAGPIE_OPTIONS (default kept): ",
-                       opt_quote(quoted, sizeof quoted, s, (size_t)(end - s)));
+        report_warning_n("bad value in MAGPIE_OPTIONS (default kept): ", s, (size_t)(end - s));
     }
     s = *end ? end + 1 : end;
   }

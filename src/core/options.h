@@ -7,6 +7,7 @@
 #define OPT_STATS_OFF 0
 #define OPT_STATS_TEXT 1
 #define OPT_STATS_JSON 2
+#define OPT_MAG_ROUNDS_MAX 256 /* the largest magazine (depot.h's MAG_CAP_MAX) */
 
 typedef struct options {
   size_t stats;           /* report at exit: OPT_STATS_OFF, _TEXT or _JSON */

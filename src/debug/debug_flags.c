@@ -116,11 +116,8 @@ bool debug_flags_parse(const char *value) {
       if (parse_flag(s, (size_t)(eq - s), val, (size_t)(end - val), has_val)) {
         any = true;
       } else {
-        char quoted[64];
-        size_t n = (size_t)(end - s) < sizeof quoted - 1 ? (size_t)(end - s) : sizeof quoted - 1;
-        memcpy(quoted, s, n);
-        quoted[n] = '\0';
-        report_warning("unknown flag or bad value in MAGPIE_DEBUG (ignored): ", quoted);
+        report_warning_n("unknown flag or bad value in MAGPIE_DEBUG (ignored): ", s,
+                         (size_t)(end - s));
       }
     }
     s = *end ? end + 1 : end;

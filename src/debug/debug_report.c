@@ -39,16 +39,8 @@ void detail_dec(pending_error_t *e, size_t v) {
 }
 
 void detail_hex(pending_error_t *e, uintptr_t v) {
-  char tmp[24], out[24];
-  int n = 0;
-  do
-    tmp[n++] = "0123456789abcdef"[v & 15];
-  while ((v >>= 4) != 0);
-  out[0] = '0';
-  out[1] = 'x';
-  for (int i = 0; i < n; i++)
-    out[2 + i] = tmp[n - 1 - i];
-  out[n + 2] = '\0';
+  char out[REPORT_HEX_MAX];
+  report_format_hex(out, v);
   detail_str(e, out);
 }
 
@@ -131,14 +123,7 @@ static void put_block(report_buf_t *b, const block_record_t *r) {
 void debug_report_error(const pending_error_t *e) {
   lock_acquire(&debug_report_lock);
   report_buf_t b = {.len = 0};
-  report_str(&b, "magpie: ");
-  report_str(&b, e->kind);
-  report_str(&b, " of address ");
-  report_hex(&b, e->addr);
-  if (e->detail_len) {
-    report_str(&b, ": ");
-    report_str(&b, e->detail);
-  }
+  report_error_head(&b, e->kind, (const void *)e->addr, e->detail_len ? e->detail : NULL);
   report_str(&b, "\n");
   if (e->has_record) put_block(&b, &e->snapshot.record);
   report_current_stack(&b);

@@ -141,12 +141,7 @@ static void print_stack(report_buf_t *b, const char *what, uint32_t tid, const u
 __attribute__((noreturn)) static void sample_report(const char *kind, const void *addr,
                                                     const slot_t *s, const char *detail) {
   report_buf_t b = {.len = 0};
-  report_str(&b, "magpie: ");
-  report_str(&b, kind);
-  report_str(&b, " of address ");
-  report_hex(&b, (uintptr_t)addr);
-  report_str(&b, ": ");
-  report_str(&b, detail);
+  report_error_head(&b, kind, addr, detail);
   report_str(&b, " (sampled block of ");
   report_dec(&b, s->size);
   report_str(&b, " bytes at ");

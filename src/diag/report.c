@@ -15,6 +15,7 @@
 #include "report.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 void report_error_head(report_buf_t *b, const char *kind, const void *addr, const char *detail) {
   report_str(b, "magpie: ");
@@ -51,10 +52,18 @@ void report_fatal(const char *what, const void *addr, size_t value) {
 }
 
 void report_warning(const char *what, const char *name) {
+  report_warning_n(what, name, strlen(name));
+}
+
+void report_warning_n(const char *what, const char *name, size_t len) {
+  char quoted[REPORT_QUOTE_MAX + 1];
+  if (len > REPORT_QUOTE_MAX) len = REPORT_QUOTE_MAX;
+  memcpy(quoted, name, len);
+  quoted[len] = '\0';
   report_buf_t b = {.len = 0};
   report_str(&b, "magpie: ");
   report_str(&b, what);
-  report_str(&b, name);
+  report_str(&b, quoted);
   report_str(&b, "\n");
   report_flush(&b);
 }

@@ -24,6 +24,10 @@ __attribute__((noreturn, cold)) void report_heap_error(const char *kind, const v
 __attribute__((noreturn, cold)) void report_fatal(const char *what, const void *addr, size_t value);
 /* One line: "magpie: <what><name>\n". */
 void report_warning(const char *what, const char *name);
+/* The same with the first len bytes of name, at most REPORT_QUOTE_MAX of them (a word quoted
+   from a longer setting, which need not end there). */
+#define REPORT_QUOTE_MAX 63
+void report_warning_n(const char *what, const char *name, size_t len);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
-/* MAGPIE_OPTIONS parsing: values and suffixes, words, and one warning per unknown name or
-   bad value (read back from stderr through a pipe), the default kept. */
+/* MAGPIE_OPTIONS parsing: values and suffixes, words, one warning per unknown name or bad
+   value (read back from stderr through a pipe), the default kept, and one per value clamped
+   to its option's range. */
 #include "options.h"
 #include "unit.h"
 
@@ -41,6 +42,13 @@ int main(void) {
 
   parse_capturing("retain=99999999999999999999999"); /* overflow is a bad value */
   UCHECK(strstr(warnings, "bad value") && opt.retain == 1024);
+  /* A number outside its option's range is clamped, and the warning names the value used. */
+  parse_capturing("mag_rounds=1000,reap_ms=0");
+  UCHECK(opt.mag_rounds == 256 && opt.reap_ms == 1);
+  UCHECK(strstr(warnings, "out of range") && strstr(warnings, "(set to 256): mag_rounds"));
+  UCHECK(strstr(warnings, "(set to 1): reap_ms"));
+  parse_capturing("mag_rounds=256,reap_ms=1"); /* the bounds themselves are quiet */
+  UCHECK(warnings[0] == '\0');
   parse_capturing(",,"); /* empty entries are ignored quietly */
   UCHECK(warnings[0] == '\0');
   printf("options: ok\n");
