@@ -26,10 +26,13 @@
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define API_MAX_REPORTS 200 /* enough to see a pattern, few enough to read */
 #define API_MAX_PER_LINE 3  /* a check in a loop reports its first few failures only */
@@ -110,9 +113,52 @@ static inline int api_symbol_is_magpie(const char *name) {
   return strcmp(api_object_of(anchor), api_object_of(sym)) == 0;
 }
 
+/* The mangled names of the C++ operators magpie replaces, one of each form: plain, array,
+   sized, aligned, nothrow (new and delete). */
+static const char *const api_cxx_operators[] = {"_Znwm",
+                                                "_Znam",
+                                                "_ZdlPv",
+                                                "_ZdaPv",
+                                                "_ZdlPvm",
+                                                "_ZnwmSt11align_val_t",
+                                                "_ZdlPvSt11align_val_t",
+                                                "_ZnwmRKSt9nothrow_t"};
+
 /* True when the malloc this program calls is magpie's. */
 static inline int api_magpie_loaded(void) {
   return api_symbol_is_magpie("malloc");
+}
+
+/* A deadline for tests of hangs: after `seconds`, a timer on CLOCK_MONOTONIC delivers SIGUSR2,
+   whose handler writes "NAME: deadline passed: WHY" to fd 2 and exits with status 2. */
+static const char *api_deadline_why;
+
+static inline void api_deadline_passed(int sig) {
+  (void)sig;
+  static const char passed[] = ": deadline passed: ";
+  (void)!write(2, api_test_name, strlen(api_test_name));
+  (void)!write(2, passed, sizeof passed - 1);
+  (void)!write(2, api_deadline_why, strlen(api_deadline_why));
+  (void)!write(2, "\n", 1);
+  _exit(2);
+}
+
+static inline void api_deadline(int seconds, const char *why) {
+  api_deadline_why = why;
+  signal(SIGUSR2, api_deadline_passed);
+  struct sigevent ev;
+  memset(&ev, 0, sizeof ev);
+  ev.sigev_notify = SIGEV_SIGNAL;
+  ev.sigev_signo = SIGUSR2;
+  struct itimerspec when;
+  memset(&when, 0, sizeof when);
+  when.it_value.tv_sec = seconds;
+  timer_t timer;
+  if (timer_create(CLOCK_MONOTONIC, &ev, &timer) != 0 ||
+      timer_settime(timer, 0, &when, NULL) != 0) {
+    fprintf(stderr, "%s: cannot arm the deadline timer\n", api_test_name);
+    exit(1);
+  }
 }
 
 static inline void api_begin(const char *name) {

@@ -236,15 +236,7 @@ void test_new_handler() {
 // With magpie in use, the operators are magpie's own.
 void test_resolution() {
   if (!api_magpie_loaded()) return;
-  const char *names[] = {"_Znwm",
-                         "_Znam",
-                         "_ZdlPv",
-                         "_ZdaPv",
-                         "_ZdlPvm",
-                         "_ZnwmSt11align_val_t",
-                         "_ZdlPvSt11align_val_t",
-                         "_ZnwmRKSt9nothrow_t"};
-  for (const char *name : names) {
+  for (const char *name : api_cxx_operators) {
     bool ok = api_symbol_is_magpie(name);
     if (!ok) NOTE("  %s comes from %s\n", name, api_object_of(dlsym(RTLD_DEFAULT, name)));
     CHECK(ok);

@@ -18,18 +18,6 @@ namespace {
 
 constexpr std::size_t kBig = 1 * MiB;
 
-// Mangled names of operator new/delete: plain, array, sized, aligned, nothrow.
-const char *const kReplaced[] = {"malloc",
-                                 "free",
-                                 "_Znwm",
-                                 "_Znam",
-                                 "_ZdlPv",
-                                 "_ZdaPv",
-                                 "_ZdlPvm",
-                                 "_ZnwmSt11align_val_t",
-                                 "_ZdlPvSt11align_val_t",
-                                 "_ZnwmRKSt9nothrow_t"};
-
 std::size_t live_bytes() {
   return mallinfo2().uordblks;
 }
@@ -39,11 +27,15 @@ std::size_t live_bytes() {
 int main() {
   api_test_name = "static_cxx";
   const char *own = api_object_of(reinterpret_cast<void *>(magpie_malloc));
-  for (const char *name : kReplaced) {
+  auto check_resolves_here = [own](const char *name) {
     const char *where = api_object_of(dlsym(RTLD_DEFAULT, name));
     if (std::strcmp(where, own) != 0) NOTE("  %s resolves to %s, not %s\n", name, where, own);
     REQUIRE(std::strcmp(where, own) == 0);
-  }
+  };
+  check_resolves_here("malloc");
+  check_resolves_here("free");
+  for (const char *name : api_cxx_operators)
+    check_resolves_here(name);
   std::size_t before = live_bytes();
   auto *raw = new char[kBig];
   std::memset(raw, 1, kBig);

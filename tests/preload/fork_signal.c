@@ -41,26 +41,13 @@ static void on_tick(int sig) {
   errno = saved;
 }
 
-static void on_deadline(int sig) {
-  (void)sig;
-  static const char msg[] = "fork_signal: no progress: fork from a signal handler deadlocked\n";
-  (void)!write(2, msg, sizeof msg - 1);
-  _exit(2);
-}
-
 int main(void) {
   api_begin("fork_signal");
   static void *held[HELD_BYTES / HELD_BLOCK];
   for (size_t i = 0; i < HELD_BYTES / HELD_BLOCK; i++)
     REQUIRE((held[i] = malloc(HELD_BLOCK)) != NULL);
 
-  /* The deadline is a POSIX timer on CLOCK_MONOTONIC delivering SIGUSR2, apart from the tick. */
-  signal(SIGUSR2, on_deadline);
-  struct sigevent ev = {.sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGUSR2};
-  timer_t deadline;
-  REQUIRE(timer_create(CLOCK_MONOTONIC, &ev, &deadline) == 0);
-  struct itimerspec when = {.it_value = {.tv_sec = DEADLINE_S}};
-  REQUIRE(timer_settime(deadline, 0, &when, NULL) == 0);
+  api_deadline(DEADLINE_S, "fork from a signal handler deadlocked");
 
   struct sigaction sa = {.sa_handler = on_tick};
   sigemptyset(&sa.sa_mask);

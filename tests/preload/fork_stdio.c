@@ -32,13 +32,6 @@ static char path[] = "/tmp/magpie-fork-stdio-XXXXXX";
 static atomic_int running = 1;
 static atomic_long forks_done, fork_failures;
 
-static void on_deadline(int sig) {
-  (void)sig;
-  static const char msg[] = "fork_stdio: deadline passed: fork, stdio and malloc deadlocked\n";
-  (void)!write(2, msg, sizeof msg - 1);
-  _exit(2);
-}
-
 static void *forker(void *arg) {
   (void)arg;
   for (int i = 0; atomic_load(&running); i++) {
@@ -100,12 +93,7 @@ int main(void) {
     fprintf(out, "%0*d\n", 1 + (i * 37) % 900, i); /* lengths 1..900: buffers of many classes */
   REQUIRE(fclose(out) == 0);
 
-  signal(SIGUSR2, on_deadline);
-  struct sigevent ev = {.sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGUSR2};
-  timer_t deadline;
-  REQUIRE(timer_create(CLOCK_MONOTONIC, &ev, &deadline) == 0);
-  struct itimerspec when = {.it_value = {.tv_sec = DEADLINE_S}};
-  REQUIRE(timer_settime(deadline, 0, &when, NULL) == 0);
+  api_deadline(DEADLINE_S, "fork, stdio and malloc deadlocked");
 
   pthread_t forkers[FORKERS], readers[READERS], flush;
   for (int i = 0; i < READERS; i++)
