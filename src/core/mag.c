@@ -56,7 +56,7 @@ _Static_assert(offsetof(mag_t, n) == 0 && offsetof(mag_t, cap) == 4 &&
                    offsetof(mag_t, rounds) == 24,
                "rseq.h's sequences use these offsets");
 /* At a multiple of 32 bytes GCC folds the classes' offset into the class index, which costs
-   the fast path instructions (docs/decisions/mag-tcache-layout.md). */
+   the fast path instructions (docs/decisions/percpu-counts-32bit.md). */
 _Static_assert(offsetof(tcache_t, own) % 32 != 0, "keep tcache_t's classes off a 32-byte offset");
 
 tcache_t tcache_boot = {.own = {[0 ... SC_COUNT] = {MAG_PAIR_EMPTY, {0, 0}}}};
@@ -164,7 +164,7 @@ tcache_t *mag_self(void) {
 
 /* A thread's first refill of a class: the objects of one cache line's worth of a line-aligned
    run (4 of 16 or 48 bytes, 2 of 32, 1 of 64 or more). Slabs are carved in order, so refills of
-   whole runs never give two threads parts of one line (docs/decisions/mag-first-refill.md). A
+   whole runs never give two threads parts of one line (docs/decisions/slow-start.md). A
    CPU's first refill of a class of blocks smaller than a line takes MAG_SPREAD_RUNS such runs,
    which mag_cpu_spread_lines deals out a line at a time to the threads taking turns on it. */
 static uint32_t mag_fill_start(const cache_t *cp, bool cpu) {

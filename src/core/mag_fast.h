@@ -17,7 +17,7 @@
    reaper's membarrier orders the processors; the release store that clears the mark makes
    the operation's stores visible to a reaper that reads it clear (acquire) on processors that
    reorder stores. Plain stores, not a count, which would chain every call through one word
-   (docs/decisions/mag-busy-mark.md). (A signal handler that allocates in the middle of a call
+   (docs/decisions/reaper-parking.md). (A signal handler that allocates in the middle of a call
    clears the flag early; malloc is not async-signal-safe, so such a program is already
    outside malloc's contract.) */
 static inline mag_t *fast_enter(tcache_t *tc, size_t c) {
@@ -38,7 +38,7 @@ static inline void fast_leave(tcache_t *tc) {
    serve either, or the sentinel is loaded (the only magazine without room: how the reaper
    parks a class, and with which the owner never trades). The empty asm hides tc from the
    optimiser, which otherwise keeps this rare path's addresses in registers across the common
-   one (docs/decisions/mag-trade-without-lock.md). */
+   one (docs/decisions/fast-path-trade.md). */
 static inline mag_t *fast_trade(tcache_t *tc, size_t c, bool alloc) {
   __asm__("" : "+r"(tc));
   mag_pair_t *t = &tc->own[c].mags;

@@ -1,7 +1,7 @@
 /*
  * mag_percpu: per-CPU magazines, one record of pairs of malloc's classes per possible CPU
  * (mag_cpu_t, mag.h), for the threads started while threads outnumber the CPUs (the first
- * percpu_threads keep magazines of their own: docs/decisions/mag-percpu-threads.md). Only where
+ * percpu_threads keep magazines of their own: docs/decisions/per-cpu-magazines.md). Only where
  * glibc registered an rseq area, and never with percpu=0 or under ThreadSanitizer.
  *
  * Theory
