@@ -66,6 +66,14 @@ IDLE_METRICS = [("rss_over_live", "RSS/live", "lower"),
                 ("heap_over_live", "RSS/live, stacks excluded", "lower")]
 
 
+# Each allocator's own transparent huge page option, turned on in the rows that measure huge pages
+# (tlb), since child_env() otherwise clears every allocator setting. Debian's jemalloc 5.3 and
+# mimalloc 2.0 leave THP to the kernel by default, which in its madvise mode means 4 KiB pages;
+# tcmalloc (gperftools 2.10) has no such option and runs with its defaults, as do glibc and magpie.
+THP_ENV = {"jemalloc": {"MALLOC_CONF": "thp:always,metadata_thp:auto"},
+           "mimalloc": {"MIMALLOC_LARGE_OS_PAGES": "1"}}
+
+
 class Workload:
     """One row of the table: a program, its arguments for the mode, and how to read its result."""
 
@@ -82,6 +90,8 @@ class Workload:
         self.metric = self.metrics[0] if self.metrics else None
         self.reps = reps          # repetitions, if fewer than the mode's
         self.only = only          # allocators this row is limited to (objcache: magpie)
+        # kind c: allocator name -> environment added to its runs (e.g. THP_ENV)
+        self.alloc_env = extra.pop("alloc_env", {})
         self.extra = extra        # kind-specific settings
 
 
@@ -155,6 +165,14 @@ def plan(mode, threads=None):
         w.append(Workload("idle-t%d" % t, "idle", "many mostly idle threads, small working sets",
                           ["-t", str(t), "-i", "20", "-n", "64"],
                           metric=IDLE_METRICS))
+    w.append(Workload("tlb-t2", "tlb",
+                      "%s MiB of 48..200 B nodes pointer-chased in random order; peers' THP on"
+                      % ("256" if quick else "1024"),
+                      ["-t", "2", "-i", "10000000" if quick else "20000000",
+                       "-n", "256" if quick else "1024"],
+                      metric=("huge_share", "share of RSS on huge pages", "higher"),
+                      reps=None if quick else 3,  # a full run builds 1 GiB: 10-20 s on 2 cores
+                      alloc_env=THP_ENV))
     w.append(Workload("realloc", "large", "strings and vectors grown by realloc to many MiB",
                       ["-m", "realloc", "-t", "2", "-i", "1" if quick else "2", "-n", "8"]))
     w.append(Workload("bigchurn", "large", "64 KiB..64 MiB blocks allocated and freed",
@@ -464,13 +482,14 @@ class Runner:
             o.status = "bench_%s not built" % prog
             return o
         argv = [exe] + w.argv
-        o.repro = repro_line(preload, argv)
+        env = w.alloc_env.get(alloc)
+        o.repro = repro_line(preload, argv, env)
         series = None
         if w.extra.get("series"):  # the program writes its RSS/live samples here (-m FILE)
             fd, series = tempfile.mkstemp(prefix="series-", suffix=".csv", dir=self.tmp)
             os.close(fd)
             argv = argv + ["-m", series]
-        finish(o, run_child(argv, preload, timeout, tmp=self.tmp))
+        finish(o, run_child(argv, preload, timeout, extra_env=env, tmp=self.tmp))
         if series:
             try:
                 with open(series) as f:
@@ -1130,7 +1149,9 @@ def main():
     if args.dry_run:
         for rep, w, name, preload in plan_runs:
             if rep == 0:
-                print("  %-14s %-9s %s" % (w.name, name, " ".join(w.argv) or w.kind))
+                env = " ".join("%s=%s" % kv for kv in w.alloc_env.get(name, {}).items())
+                print("  %-14s %-9s %s" % (w.name, name, (env + " " if env else "") +
+                                            (" ".join(w.argv) or w.kind)))
         return 0
 
     with tempfile.TemporaryDirectory(prefix="magpie-bench-") as tmp:
@@ -1225,7 +1246,8 @@ def main():
         "allocators": [{"name": n, "preload": p, "version": v} for n, p, v in allocs],
         "skipped": [{"name": n, "why": y} for n, y in missing],
         "workloads": [{"name": w.name, "group": w.group, "desc": w.desc, "kind": w.kind,
-                       "argv": w.argv, "metric": w.metric, "metrics": w.metrics} for w in rows],
+                       "argv": w.argv, "env": w.alloc_env, "metric": w.metric,
+                       "metrics": w.metrics} for w in rows],
         "runs": [{"workload": row, "allocator": a, "ok": o.ok, "status": o.status,
                   "time": o.time, "wall": o.wall, "cpu": o.cpu, "maxrss_kib": o.maxrss_kib,
                   "result": o.result, "repro": o.repro}
