@@ -3,6 +3,8 @@
 # magpie side by side and prints the comparison.
 BUILD ?= build
 JOBS ?= $(shell nproc)
+# The build's own makes (under cmake --build) say nothing of the directories they enter.
+MAKEFLAGS += --no-print-directory
 
 FORMATTED = src/*/*.c src/*/*.h src/*/*.cc include/*.h tests/unit/*.c tests/unit/*.h
 
