@@ -37,9 +37,8 @@
 #define LEAK_GROUPS_SHOWN 32 /* stacks printed in full; the rest are summed */
 #define LEAK_ROOTS_MAX 512   /* root ranges: writable segments and TLS blocks */
 #define LEAK_STACKS_MAX 4096 /* other threads' stacks scanned */
-#define LEAK_CHUNK                                                                                 \
-  (64 * OS_PAGE) /* other threads' stacks are copied and read this much at once                    \
-                  */
+/* Other threads' stacks are copied and read this much at once. */
+#define LEAK_CHUNK (64 * OS_PAGE)
 
 typedef struct range {
   uintptr_t lo, hi;
