@@ -8,17 +8,26 @@ MAKEFLAGS += --no-print-directory
 
 FORMATTED = src/*/*.c src/*/*.h src/*/*.cc include/*.h tests/unit/*.c tests/unit/*.h
 
-.PHONY: all deps test demo bench format format-check clean
-all: deps
+.PHONY: all build deps test demo bench format format-check clean
+all: build
+
+# Each target installs only what it needs (scripts/deps.sh): `make` no tester's or formatter's tools.
+build:
+	@scripts/deps.sh build
 	@test -f $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build $(BUILD) -j $(JOBS)
 
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh test
+	@scripts/deps.sh format
 
 # ctest prints no output of a skipped test: the reasons the tests gave ("SKIPPED: ...", e.g. a
 # kernel without rseq or membarrier) are printed after its summary.
-test: all
+# A build configured before clang was installed left the fuzz target out: configure it again.
+test:
+	@scripts/deps.sh test
+	@! grep -qs '^MAGPIE_CLANG:FILEPATH=.*NOTFOUND' $(BUILD)/CMakeCache.txt || cmake $(BUILD) >/dev/null
+	@$(MAKE) build
 	cd $(BUILD) && { ctest --output-on-failure -j $(JOBS); rc=$$?; \
 	  grep -h '^SKIPPED: ' Testing/Temporary/LastTest.log; exit $$rc; }
 
@@ -29,9 +38,11 @@ bench: all
 	python3 bench/run.py --quick
 
 format:
+	@scripts/deps.sh format
 	clang-format -i $(FORMATTED)
 
-format-check: deps
+format-check:
+	@scripts/deps.sh format
 	clang-format --dry-run --Werror $(FORMATTED)
 
 clean:
