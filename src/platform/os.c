@@ -415,7 +415,7 @@ void os_mappings(const uintptr_t *addr, size_t count, uintptr_t *lo_out, uintptr
 
 #define OS_TRACK_SLOTS ((size_t)1 << 16) /* a power of two */
 
-static os_range_t *os_track;  /* NULL until os_track_start */
+static os_range_t *os_track;   /* NULL until os_track_start */
 static bool os_track_overflow; /* a mapping found no slot: the table is incomplete */
 
 static size_t os_track_slot(uintptr_t lo) {

@@ -238,23 +238,14 @@ static double tick_step(double range) {
 }
 
 static void put_escaped(FILE *o, const char *text) {
+  static const char specials[] = "&<>\"";
+  static const char *const entities[] = {"&amp;", "&lt;", "&gt;", "&quot;"};
   for (; *text; text++) {
-    switch (*text) {
-    case '&':
-      fputs("&amp;", o);
-      break;
-    case '<':
-      fputs("&lt;", o);
-      break;
-    case '>':
-      fputs("&gt;", o);
-      break;
-    case '"':
-      fputs("&quot;", o);
-      break;
-    default:
+    const char *special = strchr(specials, *text);
+    if (special)
+      fputs(entities[special - specials], o);
+    else
       fputc(*text, o);
-    }
   }
 }
 
