@@ -254,7 +254,11 @@ static void draw_panel(FILE *o, double top, const char *title, const record_t *r
                        const series_t *series, size_t nseries) {
   static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   const double w = PLOT_WIDTH - PLOT_LEFT - PLOT_RIGHT, h = PLOT_PANEL_HEIGHT;
-  double t0 = r->samples[0].t, t1 = r->samples[r->n - 1].t, ymax = 0;
+  double t0 = r->samples[0].t, t1 = t0, ymax = 0;
+  for (size_t i = 1; i < r->n; i++) {
+    if (r->samples[i].t < t0) t0 = r->samples[i].t;
+    if (r->samples[i].t > t1) t1 = r->samples[i].t;
+  }
   if (t1 <= t0) t1 = t0 + 1;
   for (size_t k = 0; k < nseries; k++)
     for (size_t i = 0; i < r->n; i++)
