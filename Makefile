@@ -11,7 +11,8 @@ FORMATTED = src/*/*.c src/*/*.h src/*/*.cc include/*.h tests/unit/*.c tests/unit
 .PHONY: all build deps test demo bench format format-check clean
 all: build
 
-# Each target installs only what it needs (scripts/deps.sh): `make` no tester's or formatter's tools.
+# Each target installs only the tools it needs (scripts/deps.sh build|test|format); `make deps`
+# installs them all.
 build:
 	@scripts/deps.sh build
 	@test -f $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
