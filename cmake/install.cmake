@@ -75,5 +75,6 @@ set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT) # magpie_VERSION_ARCH.deb
 set(CPACK_DEBIAN_PACKAGE_SECTION libs)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON) # Depends from dpkg-shlibdeps: libc6 (>= ...)
-set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON) # shlibs and ldconfig triggers for libmagpie.so.1
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON) # shlibs (and ldconfig) for libmagpie.so.1
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=") # users depend on magpie (>= VERSION)
 include(CPack)

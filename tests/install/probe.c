@@ -22,7 +22,8 @@ int main(int argc, char **argv) {
   api_test_name = argc > 1 ? argv[1] : "install_probe";
   const char *own = api_object_of((void *)magpie_malloc);
   const char *where = api_object_of(dlsym(RTLD_DEFAULT, "malloc"));
-  if (strcmp(where, own) != 0) NOTE("  malloc resolves to %s, magpie_malloc is in %s\n", where, own);
+  if (strcmp(where, own) != 0)
+    NOTE("  malloc resolves to %s, magpie_malloc is in %s\n", where, own);
   REQUIRE(strcmp(where, own) == 0);
   char *text = malloc(opaque_size(1000));
   REQUIRE(text != NULL);
