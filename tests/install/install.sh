@@ -1,11 +1,12 @@
 #!/bin/sh
-# `make install` and `make uninstall` as a user meets them, in a temporary prefix: installs the
-# build there, builds programs against the installed files only (a C program with pkg-config,
-# linked with libmagpie.so and with libmagpie.a; a C++ program with find_package(magpie), with
-# magpie::magpie and magpie::magpie_static), runs each (probe.c and consumer/probe.cc fail unless
-# magpie serves their allocations), checks the installed command finds the installed library
-# and that a DESTDIR install lands under DESTDIR, then uninstalls and checks no file is left.
-# The user's own build/install_manifest.txt (make uninstall's list) is kept as it was.
+# What `make install` and `make uninstall` run (cmake --install, cmake/uninstall.cmake), in a
+# temporary prefix: installs the build there, builds programs against the installed files only
+# (a C program with pkg-config, linked with libmagpie.so and with libmagpie.a; a C++ program with
+# find_package(magpie), with magpie::magpie and magpie::magpie_static), runs each (probe.c and
+# consumer/probe.cc fail unless magpie serves their allocations), checks the installed command
+# finds the installed library and that a DESTDIR install lands under DESTDIR, then uninstalls and
+# checks no file is left. The user's own build/install_manifest.txt (make uninstall's list) is
+# kept as it was.
 #
 # usage: install.sh SOURCE_DIR BUILD_DIR VERSION
 set -eu
@@ -19,6 +20,7 @@ restore() {
   rm -rf "$tmp"
 }
 trap restore EXIT
+trap "exit 1" INT TERM HUP
 fail() { echo "install: FAILED: $*" >&2; exit 1; }
 for tool in pkg-config cc c++ cmake; do
   command -v $tool >/dev/null || fail "$tool is missing (scripts/deps.sh installs it)"
