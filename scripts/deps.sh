@@ -2,9 +2,12 @@
 # Installs what the build and the tests need when it is missing (Debian; as root).
 set -e
 need=""
-# The tests run Debian's own python3 (/usr/bin/python3), whatever else is on PATH.
+# The tests run Debian's own python3 (/usr/bin/python3), whatever else is on PATH. The install
+# tests need pkg-config (programs built against the installed library), groff (the man pages'
+# check) and, for the .deb, dpkg-shlibdeps and file (CPack derives Depends with them).
 for pair in cmake:cmake gcc:gcc g++:g++ make:make /usr/bin/python3:python3 sqlite3:sqlite3 \
-            git:git valgrind:valgrind clang-format:clang-format clang:clang; do
+            git:git valgrind:valgrind clang-format:clang-format clang:clang \
+            pkg-config:pkgconf groff:groff-base dpkg-shlibdeps:dpkg-dev file:file; do
   cmd=${pair%%:*}; pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || need="$need $pkg"
 done
