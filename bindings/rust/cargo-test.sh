@@ -2,7 +2,8 @@
 # cargo test of the Rust binding, for ctest: TARGET_DIR is cargo's target directory. cargo is
 # taken from PATH, else from rustup's ~/.cargo/bin (not on PATH in many CI shells, nor under
 # sudo); without it the test is skipped. The workspace has no crates.io dependency, so it runs
-# offline, and --locked keeps it to the committed Cargo.lock.
+# offline, and --locked keeps it to the committed Cargo.lock. The tests run twice: with the
+# default link (magpie_* names only) and with the `override` feature (the whole process's malloc).
 set -e
 [ $# -eq 1 ] || { echo "usage: $0 TARGET_DIR" >&2; exit 2; }
 cargo=$(command -v cargo || true)
@@ -13,4 +14,6 @@ if [ -z "$cargo" ]; then
   exit 77
 fi
 export CARGO_TARGET_DIR="$1"
-exec "$cargo" test --offline --locked --manifest-path "$(dirname "$0")/Cargo.toml"
+manifest="$(dirname "$0")/Cargo.toml"
+"$cargo" test --offline --locked --manifest-path "$manifest"
+"$cargo" test --offline --locked --manifest-path "$manifest" --features override

@@ -7,8 +7,10 @@
 //! a pointer never crosses between the two because Rust frees only what its allocator returned.
 //! With the `override` feature, `libmagpie.a` whole: its interposed malloc, free and C++
 //! operators replace the system allocator for the entire process, as they do when a C program
-//! links libmagpie.a; whole-archive so that this does not depend on link order. The C++
-//! operators reference the C++ runtime only weakly, so neither archive needs libstdc++.
+//! links libmagpie.a; whole-archive so that this does not depend on link order (and not bundled
+//! into the rlib, which rustc before 1.64 refuses with whole-archive: the final link reads the
+//! archive from OUT_DIR). The C++ operators reference the C++ runtime only weakly, so neither
+//! archive needs libstdc++.
 //!
 //! The CMake build directory persists in OUT_DIR: a rebuild after a change in src/ or include/
 //! recompiles only what changed.
@@ -51,7 +53,7 @@ fn main() {
         .arg("-DCMAKE_BUILD_TYPE=RelWithDebInfo"));
     let whole = env::var_os("CARGO_FEATURE_OVERRIDE").is_some();
     let (target, link) = if whole {
-        ("magpie_static", "static:+whole-archive=magpie")
+        ("magpie_static", "static:+whole-archive,-bundle=magpie")
     } else {
         ("magpie_core", "static=magpie_core")
     };

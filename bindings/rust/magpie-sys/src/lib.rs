@@ -5,10 +5,9 @@
 //!
 //! Linking this crate links magpie (see build.rs): by default its magpie_* names only; with the
 //! `override` feature the whole library, which also replaces the process's malloc and free.
-#![no_std]
 #![allow(non_camel_case_types)]
 
-use core::ffi::{c_char, c_int, c_void};
+use std::os::raw::{c_char, c_int, c_void};
 
 /// An object cache (opaque).
 #[repr(C)]

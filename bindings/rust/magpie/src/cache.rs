@@ -11,12 +11,13 @@
 //! - a [`CacheBox`] borrows its cache, so the cache cannot be destroyed while objects are out;
 //! - the initializer and the drop may run on any thread (whichever allocates, magpie's reaper
 //!   thread), hence `T: Send` and an initializer that is `Send + Sync`.
-use std::ffi::{c_int, c_void, CString};
+use std::ffi::CString;
 use std::fmt;
 use std::io;
 use std::marker::PhantomData;
 use std::mem;
 use std::ops::{Deref, DerefMut};
+use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{self, NonNull};
 
@@ -25,6 +26,17 @@ use magpie_sys as sys;
 type Init<T> = dyn Fn() -> T + Send + Sync;
 
 /// A cache of objects of type `T`, built by an initializer and kept built across reuse.
+///
+/// ```
+/// use magpie::ObjectCache;
+///
+/// // Buffers that keep their 64 KiB from one request to the next.
+/// let buffers = ObjectCache::new("buffers", || Vec::<u8>::with_capacity(64 << 10)).unwrap();
+/// let mut buf = buffers.alloc();
+/// buf.clear(); // whatever the last user left
+/// buf.extend_from_slice(b"request");
+/// assert!(buf.capacity() >= 64 << 10);
+/// ```
 pub struct ObjectCache<T: Send> {
     raw: NonNull<sys::magpie_cache_t>,
     /// The constructor's argument: magpie holds this pointer until the cache is destroyed.

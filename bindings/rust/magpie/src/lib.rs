@@ -2,9 +2,15 @@
 //!
 //! [`Magpie`] is a [`GlobalAlloc`]: with
 //!
-//! ```ignore
+//! ```
 //! #[global_allocator]
 //! static GLOBAL: magpie::Magpie = magpie::Magpie;
+//!
+//! fn main() {
+//!     let squares: Vec<u64> = (0..1000).map(|i| i * i).collect();
+//!     assert!(magpie::Stats::read().unwrap().allocs > 0);
+//!     # drop(squares);
+//! }
 //! ```
 //!
 //! every Box, Vec, String and HashMap of the program comes from magpie's per-thread magazines.
@@ -26,7 +32,7 @@ pub use magpie_sys as sys;
 pub use stats::{report, Format, Stats};
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::ffi::c_void;
+use std::os::raw::c_void;
 use std::ptr;
 
 /// magpie as a global allocator (a unit struct: the allocator's state is the C library's).

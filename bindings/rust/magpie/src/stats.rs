@@ -1,10 +1,10 @@
 //! magpie's statistics from Rust: the report magpie_stats_write produces (the same as
 //! `MAGPIE_OPTIONS=stats=1` and `magpie run --stats`), read back through an anonymous in-memory
 //! file, and the process-wide figures of its JSON form as a struct.
-use std::ffi::{c_char, c_int, c_uint};
+use std::os::raw::{c_char, c_int, c_uint};
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::io::{AsRawFd, FromRawFd};
 
 extern "C" {
     // glibc 2.27+.
