@@ -22,9 +22,9 @@ fn run(cmd: &mut Command) {
     // The jobs come from -j below; a make above cargo (ctest under `make test`) must not hand
     // its jobserver down to CMake's make.
     cmd.env_remove("MAKEFLAGS").env_remove("MFLAGS").env_remove("MAKELEVEL");
-    let status = cmd
-        .status()
-        .unwrap_or_else(|e| panic!("magpie-sys: cannot run {:?}: {} (is cmake installed?)", cmd, e));
+    let status = cmd.status().unwrap_or_else(|e| {
+        panic!("magpie-sys: cannot run {:?}: {} (is cmake installed?)", cmd, e)
+    });
     assert!(status.success(), "magpie-sys: {:?} failed: {}", cmd, status);
 }
 
@@ -58,10 +58,7 @@ fn main() {
         ("magpie_core", "static=magpie_core")
     };
     let jobs = env::var("NUM_JOBS").unwrap_or_else(|_| "2".into());
-    run(Command::new("cmake")
-        .arg("--build")
-        .arg(&build)
-        .args(["--target", target, "-j", &jobs]));
+    run(Command::new("cmake").arg("--build").arg(&build).args(["--target", target, "-j", &jobs]));
 
     println!("cargo:rustc-link-search=native={}", build.display());
     println!("cargo:rustc-link-lib={}", link);

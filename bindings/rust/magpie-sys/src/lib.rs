@@ -16,7 +16,8 @@ pub struct magpie_cache_t {
 }
 
 /// Object constructor: returns 0 on success; non-zero makes the allocation fail.
-pub type magpie_ctor_t = unsafe extern "C" fn(obj: *mut c_void, arg: *mut c_void, flags: c_int) -> c_int;
+pub type magpie_ctor_t =
+    unsafe extern "C" fn(obj: *mut c_void, arg: *mut c_void, flags: c_int) -> c_int;
 /// Object destructor, run when the cache gives the object's memory back.
 pub type magpie_dtor_t = unsafe extern "C" fn(obj: *mut c_void, arg: *mut c_void);
 

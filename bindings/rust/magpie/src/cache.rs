@@ -54,7 +54,7 @@ unsafe impl<T: Send> Sync for ObjectCache<T> {}
 unsafe extern "C" fn construct<T>(obj: *mut c_void, arg: *mut c_void, _flags: c_int) -> c_int {
     // SAFETY: arg is the cache's `init`, alive until magpie_cache_destroy returns.
     let init = unsafe { &*(arg as *const Box<Init<T>>) };
-    match catch_unwind(AssertUnwindSafe(|| init())) {
+    match catch_unwind(AssertUnwindSafe(init)) {
         Ok(value) => {
             // SAFETY: obj is a block of the cache, sized and aligned for T, holding no value.
             unsafe { ptr::write(obj as *mut T, value) };
@@ -81,7 +81,8 @@ impl<T: Send> ObjectCache<T> {
     where
         F: Fn() -> T + Send + Sync + 'static,
     {
-        let cname = CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let cname =
+            CString::new(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let init: *mut Box<Init<T>> = Box::into_raw(Box::new(Box::new(init)));
         // magpie copies the name; a zero-sized T still needs distinct addresses.
         // SAFETY: the callbacks match magpie's signatures and expect exactly this argument.
@@ -117,8 +118,7 @@ impl<T: Send> ObjectCache<T> {
 
     /// An object, as [`try_alloc`](Self::try_alloc); panics when there is none.
     pub fn alloc(&self) -> CacheBox<'_, T> {
-        self.try_alloc()
-            .expect("magpie object cache: out of memory, or the initializer panicked")
+        self.try_alloc().expect("magpie object cache: out of memory, or the initializer panicked")
     }
 }
 

@@ -1,9 +1,9 @@
 //! magpie's statistics from Rust: the report magpie_stats_write produces (the same as
 //! `MAGPIE_OPTIONS=stats=1` and `magpie run --stats`), read back through an anonymous in-memory
 //! file, and the process-wide figures of its JSON form as a struct.
-use std::os::raw::{c_char, c_int, c_uint};
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
+use std::os::raw::{c_char, c_int, c_uint};
 use std::os::unix::io::{AsRawFd, FromRawFd};
 
 extern "C" {
@@ -79,7 +79,10 @@ impl Stats {
                     rest[..end].parse().ok()
                 })
                 .ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::InvalidData, format!("no {} in magpie's report", key))
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("no {} in magpie's report", key),
+                    )
                 })
         };
         Ok(Stats {

@@ -58,7 +58,6 @@ fn threads_churn_on_magpie() {
     let allocs = after.allocs - before.allocs;
     assert!(allocs >= (THREADS * ROUNDS * 3) as u64, "magpie counted {} allocations", allocs);
     assert!(after.frees - before.frees >= (THREADS * ROUNDS * 2) as u64);
-    assert!(after.threads_total >= before.threads_total + THREADS as u64);
 }
 
 #[test]

@@ -111,6 +111,7 @@ fn alignment_is_the_types() {
 
 #[test]
 fn failing_initializer_fails_the_allocation() {
-    let cache: ObjectCache<u64> = ObjectCache::new("failing", || panic!("no object today")).unwrap();
+    let cache: ObjectCache<u64> =
+        ObjectCache::new("failing", || panic!("no object today")).unwrap();
     assert!(cache.try_alloc().is_none());
 }
