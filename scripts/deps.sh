@@ -15,6 +15,10 @@ done
 # recommends it.
 ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1 ||
   need="$need libclang-rt-dev"
+# The Rust binding's test (bindings/rust) runs cargo: rustup's in ~/.cargo/bin if there is one,
+# else Debian's (the crates build with its rustc 1.63).
+command -v cargo >/dev/null 2>&1 || [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ] ||
+  need="$need cargo"
 [ -n "$need" ] || exit 0
 echo "deps: installing$need"
 if [ "$(id -u)" != 0 ]; then
