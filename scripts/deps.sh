@@ -3,18 +3,25 @@
 #   scripts/deps.sh build   `make`, `make demo`: the compilers, cmake, make and python3 (the
 #                           configure step finds it for the tool's tests; the demo runs in it)
 #   scripts/deps.sh test    `make test`: the above, and what the tests run (sqlite3, git,
-#                           valgrind, clang and libFuzzer)
+#                           valgrind, clang and libFuzzer, pkg-config, groff, cargo)
+#   scripts/deps.sh package `make deb`: the build's, and dpkg-dev and file
 #   scripts/deps.sh format  `make format`, `make format-check`: clang-format
 # Without an argument: build.
 set -e
 mode=${1:-build}
+# The tests run Debian's own python3 (/usr/bin/python3), whatever else is on PATH. A .deb needs
+# dpkg-shlibdeps and file (CPack derives Depends with them).
+build="cmake:cmake gcc:gcc g++:g++ make:make /usr/bin/python3:python3"
+package="dpkg-shlibdeps:dpkg-dev file:file"
 case $mode in
-# The tests run Debian's own python3 (/usr/bin/python3), whatever else is on PATH.
-build)  pairs="cmake:cmake gcc:gcc g++:g++ make:make /usr/bin/python3:python3" ;;
-test)   pairs="cmake:cmake gcc:gcc g++:g++ make:make /usr/bin/python3:python3 sqlite3:sqlite3
-               git:git valgrind:valgrind clang:clang" ;;
-format) pairs="clang-format:clang-format" ;;
-*) echo "usage: scripts/deps.sh [build|test|format]" >&2; exit 2 ;;
+build)   pairs=$build ;;
+package) pairs="$build $package" ;;
+# The install tests need pkg-config (programs built against the installed library), groff (the
+# man pages' check) and what a .deb needs.
+test)    pairs="$build $package sqlite3:sqlite3 git:git valgrind:valgrind clang:clang
+                pkg-config:pkgconf groff:groff-base" ;;
+format)  pairs="clang-format:clang-format" ;;
+*) echo "usage: scripts/deps.sh [build|test|package|format]" >&2; exit 2 ;;
 esac
 need=""
 for pair in $pairs; do
@@ -26,6 +33,10 @@ done
 if [ "$mode" = test ]; then
   ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1 ||
     need="$need libclang-rt-dev"
+  # The Rust binding's test (bindings/rust) runs cargo: rustup's in ~/.cargo/bin if there is
+  # one, else Debian's (the crates build with its rustc 1.63).
+  command -v cargo >/dev/null 2>&1 || [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ] ||
+    need="$need cargo"
 fi
 [ -n "$need" ] || exit 0
 echo "deps ($mode): installing$need"

@@ -3,7 +3,7 @@
 
 usage: test_magpie.py MAGPIE ALLOC_PROBE CASE
 
-MAGPIE is build/magpie (it finds build/libmagpie.so beside itself); ALLOC_PROBE is the program
+MAGPIE is build/magpie (it finds build/libmagpie.so.1 beside itself); ALLOC_PROBE is the program
 built from tools/alloc_probe.c. Each case runs the command, checks its exit status and output, and
 checks that the temporary directory the command used was removed.
 """
@@ -16,7 +16,8 @@ import sys
 import tempfile
 
 MAGPIE, PROBE, CASE = sys.argv[1], sys.argv[2], sys.argv[3]
-LIBRARY = os.path.join(os.path.dirname(os.path.realpath(MAGPIE)), "libmagpie.so")
+LIBRARY = os.environ["MAGPIE_TEST_LIBRARY"]  # build/libmagpie.so.1, beside MAGPIE
+VERSION = os.environ["MAGPIE_TEST_VERSION"]  # the project's version
 TMPDIR = tempfile.mkdtemp(prefix="magpie-tool-test.")
 
 
@@ -79,7 +80,7 @@ def test_help():
 
 def test_version():
     r = magpie("version", expect=0)
-    check(r.stdout == "magpie 0.1.0\n", "version line", r)
+    check(r.stdout == "magpie %s\n" % VERSION, "version line", r)
 
 
 def test_unknown_command():

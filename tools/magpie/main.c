@@ -19,10 +19,6 @@
 #include "tmpdir.h"
 #include "tool.h"
 
-#ifndef MAGPIE_VERSION
-#define MAGPIE_VERSION "0.1.0"
-#endif
-
 static const char usage_text[] =
     "Usage: magpie run [--stats] [--json] [--] PROGRAM [ARGS...]\n"
     "       magpie plot FILE [-o OUT.svg]\n"
@@ -30,8 +26,9 @@ static const char usage_text[] =
     "       magpie --help\n"
     "\n"
     "magpie run starts PROGRAM with the magpie allocator (" LIBRARY_NAME ", found beside\n"
-    "this executable) preloaded in place of the system malloc, waits for it, and exits\n"
-    "with its exit status (128+N if signal N killed it).\n"
+    "this executable or in its installed library directory) preloaded in place of the\n"
+    "system malloc, waits for it, and exits with its exit status (128+N if signal N\n"
+    "killed it).\n"
     "\n"
     "Options of run:\n"
     "  --stats     when PROGRAM ends, print a report on stderr: allocations, frees,\n"

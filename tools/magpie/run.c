@@ -1,8 +1,10 @@
 /* run: running the program under the library.
- * 1. Finding the library. It sits beside this executable (both are built into the build
- *    directory, and installed side by side). /proc/self/exe gives the real path of this program,
- *    symlinks resolved; the library path is its directory plus "/" LIBRARY_NAME. It is put in
- *    front of any LD_PRELOAD the user already set, so it interposes before the other preloads.
+ * 1. Finding the library. In the build directory it sits beside this executable; installed, it
+ *    is in the library directory, MAGPIE_LIBDIR_FROM_BINDIR away from the executable's (e.g.
+ *    ../lib/x86_64-linux-gnu), which holds under any prefix and under DESTDIR. /proc/self/exe
+ *    gives the real path of this program, symlinks resolved; the library path is the first of
+ *    those directories, canonical, that holds LIBRARY_NAME. It is put in front of any LD_PRELOAD
+ *    the user already set, so it interposes before the other preloads.
  * 2. Asking for statistics. With a stats directory the tool appends
  *    "stats=json,stats_file=DIR/stats.%p" after the user's own MAGPIE_OPTIONS; the library keeps
  *    the last value of an option, so the tool's settings win.
@@ -18,6 +20,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,8 +37,16 @@ static void forward_signal(int sig) {
   if (child_pid > 0) kill((pid_t)child_pid, sig);
 }
 
+/* Sets lib to DIR/LIBRARY_NAME, DIR canonical; 0 when that file is readable. */
+static int library_in(const char *dir, char *lib, size_t cap) {
+  char real[PATH_MAX];
+  if (!realpath(dir, real)) return -1;
+  if ((size_t)snprintf(lib, cap, "%s/%s", real, LIBRARY_NAME) >= cap) return -1;
+  return access(lib, R_OK);
+}
+
 int find_library(char *lib, size_t cap) {
-  char exe[PATH_MAX];
+  char exe[PATH_MAX], installed[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n < 0) {
     error("cannot find this executable through /proc/self/exe: %s", strerror(errno));
@@ -44,13 +55,11 @@ int find_library(char *lib, size_t cap) {
   exe[n] = '\0';
   char *slash = strrchr(exe, '/');
   if (slash) *slash = '\0';
-  if ((size_t)snprintf(lib, cap, "%s/%s", exe, LIBRARY_NAME) >= cap) {
-    error("path of %s too long", LIBRARY_NAME);
-    return -1;
-  }
-  if (access(lib, R_OK) < 0) {
-    error("cannot find the allocator library %s: %s (it must sit beside the magpie executable)",
-          lib, strerror(errno));
+  bool fits = (size_t)snprintf(installed, sizeof installed, "%s/%s", exe,
+                               MAGPIE_LIBDIR_FROM_BINDIR) < sizeof installed;
+  if (library_in(exe, lib, cap) < 0 && (!fits || library_in(installed, lib, cap) < 0)) {
+    error("cannot find the allocator library %s beside the magpie executable (%s) nor in %s",
+          LIBRARY_NAME, exe, installed);
     return -1;
   }
   /* ld.so splits LD_PRELOAD at spaces and colons. */

@@ -11,8 +11,10 @@
 #define EXIT_CANNOT_EXEC 126
 #define EXIT_NOT_FOUND 127
 
-/* The allocator library, found beside the magpie executable. */
-#define LIBRARY_NAME "libmagpie.so"
+/* The allocator library under its SONAME (libmagpie.so.MAJOR; MAGPIE_SOVERSION comes from the
+ * build), found beside the magpie executable in the build directory or, installed, in the library
+ * directory (MAGPIE_LIBDIR_FROM_BINDIR, relative to the executable's directory). */
+#define LIBRARY_NAME "libmagpie.so." MAGPIE_SOVERSION
 
 /* Prints "magpie: " and the formatted message, then a newline, on stderr. */
 void error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

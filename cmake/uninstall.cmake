@@ -1,0 +1,25 @@
+# `make uninstall`: cmake -DMANIFEST=build/install_manifest.txt -P cmake/uninstall.cmake removes
+# every file the last install listed (paths under the prefix; $DESTDIR, when set, is put in front
+# as the install did), then the CMake package's directory if that left it empty; never a
+# directory holding other files. Missing files are fine: a second uninstall removes nothing.
+if(NOT EXISTS "${MANIFEST}")
+  message(FATAL_ERROR "no ${MANIFEST}: nothing was installed from this build directory")
+endif()
+file(STRINGS "${MANIFEST}" files)
+foreach(file IN LISTS files)
+  set(path "$ENV{DESTDIR}${file}")
+  if(IS_SYMLINK "${path}" OR EXISTS "${path}")
+    message(STATUS "Removing ${path}")
+    file(REMOVE "${path}")
+  endif()
+  get_filename_component(dir "${path}" DIRECTORY)
+  if(dir MATCHES "/cmake/magpie$")
+    set(package_dir "${dir}")
+  endif()
+endforeach()
+if(package_dir AND IS_DIRECTORY "${package_dir}")
+  file(GLOB left "${package_dir}/*")
+  if(NOT left)
+    file(REMOVE_RECURSE "${package_dir}")
+  endif()
+endif()
