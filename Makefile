@@ -12,17 +12,27 @@ MAKEFLAGS += --no-print-directory
 
 FORMATTED = src/*/*.c src/*/*.h src/*/*.cc include/*.h tests/unit/*.c tests/unit/*.h
 
-.PHONY: all deps test demo bench install uninstall deb format format-check clean
-all: deps
+.PHONY: all build deps test demo bench install uninstall deb format format-check clean
+all: build
+
+# Each target installs only the tools it needs (scripts/deps.sh build|test|package|format);
+# `make deps` installs them all.
+build:
+	@scripts/deps.sh build
 	@test -f $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build $(BUILD) -j $(JOBS)
 
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh test
+	@scripts/deps.sh format
 
 # ctest prints no output of a skipped test: the reasons the tests gave ("SKIPPED: ...", e.g. a
 # kernel without rseq or membarrier) are printed after its summary.
-test: all
+# A build configured before clang was installed left the fuzz target out: configure it again.
+test:
+	@scripts/deps.sh test
+	@! grep -qs '^MAGPIE_CLANG:FILEPATH=.*NOTFOUND' $(BUILD)/CMakeCache.txt || cmake $(BUILD) >/dev/null
+	@$(MAKE) build
 	cd $(BUILD) && { ctest --output-on-failure -j $(JOBS); rc=$$?; \
 	  grep -h '^SKIPPED: ' Testing/Temporary/LastTest.log; exit $$rc; }
 
@@ -46,13 +56,16 @@ uninstall:
 	@$(LDCONFIG)
 
 deb: all
+	@scripts/deps.sh package
 	cd $(BUILD) && cpack -G DEB
 	@ls $(BUILD)/magpie_*.deb
 
 format:
+	@scripts/deps.sh format
 	clang-format -i $(FORMATTED)
 
-format-check: deps
+format-check:
+	@scripts/deps.sh format
 	clang-format --dry-run --Werror $(FORMATTED)
 
 clean:

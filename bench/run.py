@@ -14,7 +14,8 @@ repetition (A B C D E, then the next workload, then A B C D E of the next repeti
 slow drifts of a noisy machine spread over all of them. Every child runs under bench_rusage
 (bench/rusage.c), which reports its wall time, CPU time and peak RSS (ru_maxrss from wait4); the
 workloads also report the time of their measured phase and their own metrics.
-This file uses the standard library only; the chart is drawn by bench/chart.py where matplotlib
+This file uses the standard library only; the chart is drawn by bench/svgchart.py (the demo's,
+and any other where matplotlib is missing) or bench/chart.py where matplotlib
 can be imported.
 """
 
@@ -78,7 +79,7 @@ class Workload:
     """One row of the table: a program, its arguments for the mode, and how to read its result."""
 
     def __init__(self, name, group, desc, argv=None, kind="c", metric=None, reps=None,
-                 only=None, **extra):
+                 only=None, memory_only=False, **extra):
         self.name = name          # row name, e.g. larson-t8
         self.group = group        # workload family, e.g. larson (what --workloads also matches)
         self.desc = desc          # one line: what it models
@@ -90,6 +91,7 @@ class Workload:
         self.metric = self.metrics[0] if self.metrics else None
         self.reps = reps          # repetitions, if fewer than the mode's
         self.only = only          # allocators this row is limited to (objcache: magpie)
+        self.memory_only = memory_only  # its point is memory: the demo reports no speed-up
         # kind c: allocator name -> environment added to its runs (e.g. THP_ENV)
         self.alloc_env = extra.pop("alloc_env", {})
         self.extra = extra        # kind-specific settings
@@ -132,7 +134,7 @@ def plan(mode, threads=None):
             Workload("idle-t256", "idle",
                      "256 mostly idle threads holding small working sets",
                      ["-t", "256", "-i", "20", "-n", "64"],
-                     metric=IDLE_METRICS),
+                     metric=IDLE_METRICS, memory_only=True),
             Workload("python", "python", "python3 running a fixed script (PYTHONMALLOC=malloc)",
                      kind="python", scale="1"),
         ]
@@ -979,46 +981,83 @@ def machine_md(m, allocs):
 
 # ---- demo report ---------------------------------------------------------------------------
 
+RSS_OVER_LIVE_DEFINED = ("RSS/live: the memory the process gained while its threads worked "
+                         "(resident pages, as the kernel counts them) divided by the bytes its "
+                         "live blocks hold; 1.00 would be no overhead, lower is better.")
+
+
+def spread(stats, row, a, key, fmt):
+    """'median (min-max)' of one cell, formatted with fmt, or '-'."""
+    m = med(stats, row, a, key)
+    if m is None:
+        return "-"
+    lo, hi = med(stats, row, a, key, "min"), med(stats, row, a, key, "max")
+    return "%s (%s-%s)" % (fmt(m), fmt(lo), fmt(hi))
+
+
+def compare(stats, row, key, what, better, worse):
+    """magpie against glibc on one figure: the ratio of the medians with the range the ratio
+    takes over the runs, and, where the two allocators' ranges overlap, says so rather than
+    claim a difference."""
+    g, m = med(stats, row, "glibc", key), med(stats, row, "magpie", key)
+    if not g or not m:
+        return None
+    g_lo, g_hi = med(stats, row, "glibc", key, "min"), med(stats, row, "glibc", key, "max")
+    m_lo, m_hi = med(stats, row, "magpie", key, "min"), med(stats, row, "magpie", key, "max")
+    if m_lo <= g_hi and g_lo <= m_hi:
+        return "%s within noise (the runs' ranges overlap)" % what
+    if m <= g:
+        return "%.2fx %s (%.2f-%.2fx over the runs)" % (g / m, better, g_lo / m_hi, g_hi / m_lo)
+    return "%.2fx %s (%.2f-%.2fx over the runs)" % (m / g, worse, m_lo / g_hi, m_hi / g_lo)
+
+
 def demo_report(rows, stats, reps, machine):
-    out = ["", "magpie demo: glibc malloc vs magpie, %d alternating runs each, medians" % reps,
+    out = ["", "magpie demo: glibc malloc vs magpie, %d alternating runs each: medians, with the "
+           "lowest and highest run in brackets" % reps,
            "(%d CPUs, %s, %s, load average %.1f)" % (machine["nproc"], machine["cpu"],
                                                        machine["glibc"], machine["loadavg_start"]),
            ""]
+    if any(w.metric and w.metric[1].startswith("RSS/live") for w in rows):
+        out += [RSS_OVER_LIVE_DEFINED, ""]
     for w in rows:
-        g_t, m_t = med(stats, w.name, "glibc", "time"), med(stats, w.name, "magpie", "time")
-        g_r, m_r = med(stats, w.name, "glibc", "rss_kib"), med(stats, w.name, "magpie", "rss_kib")
         out.append("  %s: %s" % (w.name, w.desc))
-        for a, t, r in (("glibc", g_t, g_r), ("magpie", m_t, m_r)):
+        for a in ("glibc", "magpie"):
             s = stats.get((w.name, a), {})
             extra = ""
             if w.metric and med(stats, w.name, a, "metric") is not None:
-                extra = "   %s %.2f" % (w.metric[1], med(stats, w.name, a, "metric"))
+                extra = "   %s %s" % (w.metric[1],
+                                      spread(stats, w.name, a, "metric", lambda v: "%.2f" % v))
             fails = "   FAILED: %s" % "; ".join(sorted(set(s["failures"]))) \
                 if s.get("failures") else ""
-            out.append("      %-7s %9s   peak RSS %8s%s%s" % (a, fmt_time(t), fmt_mib(r), extra,
-                                                               fails))
+            timing = "" if w.memory_only else "%-26s " % spread(stats, w.name, a, "time",
+                                                                 fmt_time)
+            out.append("      %-7s %speak RSS %s%s%s" % (
+                a, timing, spread(stats, w.name, a, "rss_kib", fmt_mib), extra, fails))
         verdict = []
-        if g_t and m_t:
-            verdict.append("%.2fx %s" % (g_t / m_t, "faster") if m_t <= g_t else
-                           "%.2fx slower" % (m_t / g_t))
-        if g_r and m_r:
-            verdict.append("%.0f%% %s peak memory" % (abs(1 - m_r / g_r) * 100,
-                                                       "less" if m_r <= g_r else "more"))
+        if not w.memory_only:
+            verdict.append(compare(stats, w.name, "time", "time", "faster", "slower"))
+        verdict.append(compare(stats, w.name, "rss_kib", "peak RSS", "less peak memory",
+                               "more peak memory"))
         if w.metric:
             gm, mm = med(stats, w.name, "glibc", "metric"), med(stats, w.name, "magpie", "metric")
             if gm and mm:
-                verdict.append("%s %.2f vs %.2f" % (w.metric[1], mm, gm))
-        out.append("      => magpie: " + (", ".join(verdict) if verdict else "no comparison"))
+                verdict.append("%s %.2f vs glibc's %.2f" % (w.metric[1], mm, gm))
+        verdict = [v for v in verdict if v]
+        out.append("      => magpie: " + ("; ".join(verdict) if verdict else "no comparison"))
+        if w.memory_only:
+            out.append("         (its point is memory: the threads mostly sleep, so its time "
+                       "says nothing)")
         out.append("")
-    tg = [med(stats, w.name, "magpie", "time") / med(stats, w.name, "glibc", "time")
-          for w in rows if med(stats, w.name, "magpie", "time")
-          and med(stats, w.name, "glibc", "time")]
-    rg = [med(stats, w.name, "magpie", "rss_kib") / med(stats, w.name, "glibc", "rss_kib")
-          for w in rows if med(stats, w.name, "magpie", "rss_kib")
-          and med(stats, w.name, "glibc", "rss_kib")]
+
+    def ratios(key, timed_only):
+        return [med(stats, w.name, "magpie", key) / med(stats, w.name, "glibc", key)
+                for w in rows if not (timed_only and w.memory_only)
+                and med(stats, w.name, "magpie", key) and med(stats, w.name, "glibc", key)]
+    tg, rg = ratios("time", True), ratios("rss_kib", False)
     if tg and rg:
-        out.append("  Overall (geometric mean over %d workloads): magpie takes %.2fx glibc's time "
-                   "and %.2fx its peak RSS." % (len(tg), geomean(tg), geomean(rg)))
+        out.append("  Overall (geometric means of the medians): magpie takes %.2fx glibc's time "
+                   "over %d timed workloads and %.2fx its peak RSS over %d."
+                   % (geomean(tg), len(tg), geomean(rg), len(rg)))
     out.append("  Every workload and allocator: make bench (bench/run.py --quick); see "
                "bench/README.md.")
     return "\n".join(out)
@@ -1050,14 +1089,17 @@ def main():
     ap.add_argument("--build", default=default_build,
                     help="build directory holding bench/bench_* (default $BUILD or build)")
     ap.add_argument("--reps", type=int, help="repetitions (default: the mode's)")
-    ap.add_argument("--out", default=os.path.join(BENCH, "results"),
-                    help="directory for the results files (default bench/results)")
+    ap.add_argument("--out", help="directory for the results files (default bench/results; "
+                                  "for --demo BUILD/results, out of git's sight)")
     ap.add_argument("--no-deps", action="store_true", help="do not run scripts/bench-deps.sh")
     ap.add_argument("--no-save", action="store_true", help="print only; write no files")
     ap.add_argument("--list", action="store_true", help="list the mode's workloads and exit")
     ap.add_argument("--dry-run", action="store_true", help="print the plan; run nothing")
     args = ap.parse_args()
     mode = args.mode or "quick"
+    if args.out is None:
+        args.out = os.path.join(args.build, "results") if mode == "demo" else \
+            os.path.join(BENCH, "results")
     if args.mode is None:
         print("run.py: no mode given, running --quick (see --help)")
     try:
@@ -1247,7 +1289,7 @@ def main():
         "skipped": [{"name": n, "why": y} for n, y in missing],
         "workloads": [{"name": w.name, "group": w.group, "desc": w.desc, "kind": w.kind,
                        "argv": w.argv, "env": w.alloc_env, "metric": w.metric,
-                       "metrics": w.metrics} for w in rows],
+                       "metrics": w.metrics, "memory_only": w.memory_only} for w in rows],
         "runs": [{"workload": row, "allocator": a, "ok": o.ok, "status": o.status,
                   "time": o.time, "wall": o.wall, "cpu": o.cpu, "maxrss_kib": o.maxrss_kib,
                   "result": o.result, "repro": o.repro}
@@ -1264,32 +1306,38 @@ def main():
     with open(base + ".json", "w") as f:
         json.dump(data, f, indent=1)
     print("wrote %s.md and .json" % os.path.relpath(base))
-    chart(base)
+    chart(base, mode)
     return 1 if failures else 0
 
 
-def chart(base):
-    """Draws base.png from base.json with bench/chart.py, using this interpreter if it has
-    matplotlib, else Debian's /usr/bin/python3 (python3-matplotlib); says why if neither."""
-    script = os.path.join(BENCH, "chart.py")
+def chart(base, mode):
+    """Draws the chart of base.json: the demo's as base.svg with bench/svgchart.py (standard
+    library only); the other modes' as base.png with bench/chart.py, using this interpreter if
+    it has matplotlib, else Debian's /usr/bin/python3 (python3-matplotlib), else as SVG too
+    (--scaling has no SVG form: it says so)."""
     tried = []
-    for py in dict.fromkeys([sys.executable, "/usr/bin/python3"]):
+    for py in ([] if mode == "demo" else dict.fromkeys([sys.executable, "/usr/bin/python3"])):
         if not os.path.exists(py):
             continue
         tried.append(py)
         probe = subprocess.run([py, "-c", "import matplotlib"], capture_output=True)
-        if probe.returncode != 0:
-            continue
-        r = subprocess.run([py, script, base + ".json", base + ".png"], capture_output=True,
-                           text=True)
-        if r.returncode == 0:
-            print("wrote %s.png" % os.path.relpath(base))
-        else:
-            print("chart skipped: chart.py failed: %s" %
-                  (r.stderr.strip().splitlines() or ["?"])[-1])
+        if probe.returncode == 0:
+            return draw_chart(py, "chart.py", base, ".png")
+    if mode == "scaling":
+        print("chart skipped: the --scaling chart needs matplotlib, which %s cannot import "
+              "(install python3-matplotlib)" % " or ".join(tried))
         return
-    print("chart skipped: matplotlib cannot be imported by %s (install python3-matplotlib)" %
-          " or ".join(tried))
+    draw_chart(sys.executable, "svgchart.py", base, ".svg")
+
+
+def draw_chart(py, script, base, ext):
+    r = subprocess.run([py, os.path.join(BENCH, script), base + ".json", base + ext],
+                       capture_output=True, text=True)
+    if r.returncode == 0:
+        print("wrote %s%s" % (os.path.relpath(base), ext))
+    else:
+        print("chart skipped: %s failed: %s" %
+              (script, (r.stderr.strip().splitlines() or ["?"])[-1]))
 
 
 if __name__ == "__main__":

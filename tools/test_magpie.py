@@ -217,6 +217,60 @@ def test_child_processes():
     check(j.get("child_processes") == 2, "child_processes 2 in %s" % j)
 
 
+RECORD = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "tests", "plot",
+                      "record.jsonl")
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def test_plot():
+    """tests/plot/record.jsonl (41 samples over 4 s, 7 size classes, made up to look like a
+    program that allocates, then frees most) drawn: the SVG parses as XML and holds the four
+    heap series and the five classes with the most allocations, with their points."""
+    import xml.etree.ElementTree as ET
+    out_dir = tempfile.mkdtemp(prefix="magpie-plot-test.")
+    try:
+        out = os.path.join(out_dir, "record.svg")
+        r = magpie("plot", RECORD, "-o", out, expect=0)
+        check(r.stdout.strip() == out, "prints the picture's path", r)
+        root = ET.parse(out).getroot()
+        lines = {p.get("id"): p.get("points").split() for p in root.iter(SVG + "polyline")}
+        want = ["rss", "live", "cached", "mapped",
+                "class-32", "class-16", "class-64", "class-48", "class-128"]
+        check(sorted(lines) == sorted(want), "series %s, wanted %s" % (sorted(lines), want))
+        check(all(len(points) == 41 for points in lines.values()), "41 points per series")
+        texts = [t.text for t in root.iter(SVG + "text")]
+        for label in ["time (s)", "bytes (MiB)", "bytes (KiB)", "RSS", "live (in use)",
+                      "cached (free, kept)", "mapped", "32 B: 33169 allocs"]:
+            check(label in texts, "text %r in the picture: %s" % (label, texts))
+        # The default output is beside the record, .jsonl replaced by .svg.
+        copy = os.path.join(out_dir, "copy.jsonl")
+        shutil.copy(RECORD, copy)
+        r = magpie("plot", copy, expect=0)
+        check(os.path.exists(os.path.join(out_dir, "copy.svg")), "copy.svg written", r)
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def test_plot_bad_record():
+    out_dir = tempfile.mkdtemp(prefix="magpie-plot-test.")
+    try:
+        bad = os.path.join(out_dir, "bad.jsonl")
+        with open(bad, "w") as f:
+            f.write('{"t": 0.5, "rss_bytes": 100}\n\n{"rss_bytes": 7}\n')
+        r = magpie("plot", bad, expect=125)
+        check("bad.jsonl:3: not a record sample: a sample without \"t\"" in r.stderr,
+              "names the line and the fault", r)
+        with open(bad, "w") as f:
+            f.write('{"t": 0.5, "rss_bytes": 100,}\n')
+        r = magpie("plot", bad, expect=125)
+        check("bad.jsonl:1:" in r.stderr, "a syntax error names its line", r)
+        check(not os.path.exists(os.path.join(out_dir, "bad.svg")), "no picture written", r)
+        r = magpie("plot", expect=2)
+        check("plot: no FILE given" in r.stderr, "usage error without FILE", r)
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
 def main():
     test = globals().get("test_" + CASE)
     if not test:

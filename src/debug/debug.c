@@ -45,6 +45,8 @@ static uint32_t debug_thread_id(void) {
 
 void debug_init(const char *flags) {
   if (!debug_flags_parse(flags)) return;
+  if (debug_flags.leaks_unreachable)
+    os_track_start(); /* the scan must tell magpie's mappings from the program's */
   records_init();
   debug_on = true;
 }
@@ -280,12 +282,23 @@ size_t debug_usable_size(void *p) {
 
 /* ---- exit and fork ---- */
 
+/* Whether the parent process runs this same magpie in debug mode: a shell, a build or a
+   program forking workers would otherwise print one leak report per child, each as long as
+   the parent's (a forked child's heap is its parent's copy), for blocks that are the child
+   programs' own and that the developer did not ask about. */
+static bool parent_in_debug_mode(void) {
+  int parent = os_parent_pid();
+  return parent > 1 && os_pid_env_has(parent, "MAGPIE_DEBUG=") &&
+         os_pid_maps_object_of(parent, (uintptr_t)debug_at_exit);
+}
+
 void debug_at_exit(void) {
   /* The leak scan reads the stack from this frame up: below it, magpie's own dead frames
      (the verify just run) still hold block addresses. */
   uintptr_t frame = (uintptr_t)__builtin_frame_address(0);
   if (debug_flags.redzone || debug_flags.patterns) debug_verify_records();
-  if (debug_flags.leaks) debug_leaks_report(frame);
+  if (debug_flags.leaks && (debug_flags.leaks_children || !parent_in_debug_mode()))
+    debug_leaks_report(frame);
 }
 
 void debug_fork_prepare(void) {

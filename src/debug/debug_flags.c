@@ -10,7 +10,10 @@
  *      still apply. Debug mode is on when any known flag is given; the misuse checks (double,
  *      interior, foreign free, size, alignment and kind mismatches) are then always on, so
  *      `checks` is the flag that asks for them alone.
- *   3. Stacks are kept (depth > 0) only when audit or leaks needs them; either gives a default
+ *   3. `leaks` lists the blocks no pointer reaches and counts the others in one line;
+ *      leaks=all lists every block never freed. Either reports only in the process that debug
+ *      mode started in, not in its children, unless `children` (debug.c).
+ *   4. Stacks are kept (depth > 0) only when audit or leaks needs them; either gives a default
  *      depth when audit=N did not set one.
  */
 #include "debug_impl.h"
@@ -70,6 +73,8 @@ static bool parse_flag(const char *s, size_t name_len, const char *val, size_t v
       debug_flags.guards = true;
     else if (word_is(s, name_len, "leaks"))
       debug_flags.leaks = true;
+    else if (word_is(s, name_len, "children"))
+      debug_flags.leaks_children = true;
     else if (word_is(s, name_len, "continue"))
       debug_flags.keep_going = true;
     else if (word_is(s, name_len, "checks"))
@@ -85,7 +90,9 @@ static bool parse_flag(const char *s, size_t name_len, const char *val, size_t v
   } else if (word_is(s, name_len, "guards") && word_is(val, val_len, "all")) {
     debug_flags.guards = debug_flags.guards_all = true;
   } else if (word_is(s, name_len, "leaks") && word_is(val, val_len, "unreachable")) {
-    debug_flags.leaks = debug_flags.leaks_unreachable = true;
+    debug_flags.leaks = true; /* what `leaks` reports */
+  } else if (word_is(s, name_len, "leaks") && word_is(val, val_len, "all")) {
+    debug_flags.leaks = debug_flags.leaks_all = true;
   } else if (word_is(s, name_len, "verify") && parse_size(val, val_len, &v) && v >= 1) {
     debug_flags.verify_every = v;
   } else if (word_is(s, name_len, "quarantine") && parse_size(val, val_len, &v)) {
@@ -123,6 +130,7 @@ bool debug_flags_parse(const char *value) {
     s = *end ? end + 1 : end;
   }
   if (!any) return false;
+  debug_flags.leaks_unreachable = debug_flags.leaks && !debug_flags.leaks_all;
   if ((debug_flags.audit || debug_flags.leaks) && debug_flags.depth == 0)
     debug_flags.depth = DEBUG_DEPTH_DEFAULT;
   if (!debug_flags.audit && !debug_flags.leaks) debug_flags.depth = 0;

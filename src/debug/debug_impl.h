@@ -28,7 +28,9 @@ typedef struct debug_flags {
   bool guards;            /* large blocks end at a PROT_NONE page */
   bool guards_all;        /* every block does */
   bool leaks;             /* report blocks never freed at exit */
-  bool leaks_unreachable; /* only those no pointer reaches */
+  bool leaks_unreachable; /* list those no pointer reaches, count the rest */
+  bool leaks_all;         /* list every block never freed */
+  bool leaks_children;    /* report in child processes of a debug-mode parent too */
   bool keep_going;        /* `continue`: report and go on instead of aborting */
   unsigned depth;         /* frames kept per stack (audit or leaks); 0: none */
   size_t verify_every;    /* magpie_verify every this many operations; 0: never */

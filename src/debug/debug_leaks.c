@@ -6,19 +6,25 @@
  *   1. At exit (library destructor) every live record is a block never freed. They are grouped
  *      by allocation stack (records keep it: `leaks` captures allocation stacks even without
  *      `audit`) and the groups printed largest first in bytes, with counts and size ranges.
- *   2. leaks=unreachable keeps only blocks that no pointer reaches: a conservative mark from the
- *      roots - the writable segments and this thread's TLS block of every loaded object
- *      (dl_iterate_phdr; magpie's own left out), this thread's stack from the frame of
+ *   2. `leaks` (the default) lists only the blocks no pointer reaches, and counts the others in
+ *      one line (leaks=all lists them all): a conservative mark from the roots, as valgrind's
+ *      "definitely lost" - the writable segments and this thread's TLS block of every loaded
+ *      object (dl_iterate_phdr; magpie's own left out), this thread's stack from the frame of
  *      debug_at_exit to the top of its mapping (/proc/self/maps; magpie's own frames below it
- *      are left out, as their dead slots hold block addresses), and the whole stack mapping of
- *      every other live thread that allocated (its tcache keeps an address in it; the top of a
- *      glibc thread's mapping also holds its descriptor and TLS). The report is made at exit,
- *      after main returned, so no register of this thread holds a program pointer. Then the
- *      mark goes on transitively through the marked blocks. Any aligned word whose value falls
- *      inside a live block (interior pointers included) marks it. Other threads still run:
- *      their stacks are read as they are (os_read_self, which survives a thread that exits and
- *      unmaps its stack meanwhile), resident pages only, and their registers are not roots, so
- *      a block only a register of theirs holds is reported.
+ *      are left out, as their dead slots hold block addresses), the whole stack mapping of
+ *      every other live thread that allocated (the top of a glibc thread's mapping also holds
+ *      its descriptor and TLS), and every other writable anonymous mapping (the loader's own
+ *      allocations, an interpreter's arenas such as Python's, other threads' stacks) less
+ *      the ranges magpie mapped (os_tracked: its slabs, records and metadata hold block
+ *      addresses that are no program pointer). The report is made at exit, after main
+ *      returned, so no register of this thread holds a program pointer. Then the mark goes on
+ *      transitively through the marked blocks. Any aligned word whose value falls inside a
+ *      live block (interior pointers included) marks it. Other threads still run: memory
+ *      that is not a loaded object's is copied before it is read (os_read_self, which
+ *      survives a thread that exits and unmaps its stack meanwhile), resident pages only, and
+ *      their registers are not roots, so a block only a register of theirs holds is
+ *      reported. Where magpie's ranges are not known (the table overflowed), anonymous
+ *      mappings other than thread stacks are not roots: more blocks are reported.
  *   3. Memory: the block list, the mark stack and the groups are mapped for the report and
  *      unmapped after it; nothing comes from the heap. Records are collected and marked under
  *      debug_lock; the roots are gathered before it (dl_iterate_phdr takes the loader's lock)
@@ -36,13 +42,10 @@
 
 #define LEAK_GROUPS_SHOWN 32 /* stacks printed in full; the rest are summed */
 #define LEAK_ROOTS_MAX 512   /* root ranges: writable segments and TLS blocks */
+#define LEAK_OWN_MAX 65536   /* magpie's ranges, left out of the anonymous memory scanned */
 #define LEAK_STACKS_MAX 4096 /* other threads' stacks scanned */
 /* Other threads' stacks are copied and read this much at once. */
 #define LEAK_CHUNK (64 * OS_PAGE)
-
-typedef struct range {
-  uintptr_t lo, hi;
-} range_t;
 
 typedef struct group {
   size_t count, bytes, min, max;
@@ -53,11 +56,13 @@ typedef struct group {
 } group_t;
 
 /* Only the exiting thread reports, once: these need no lock. */
-static range_t roots[LEAK_ROOTS_MAX];
+static os_range_t roots[LEAK_ROOTS_MAX];
 static int nroots;
+static os_range_t self_segments[8]; /* magpie's own loaded segments: no roots */
+static int nself;
 
 static void add_root(uintptr_t lo, uintptr_t hi) {
-  if (nroots < LEAK_ROOTS_MAX && hi > lo) roots[nroots++] = (range_t){lo, hi};
+  if (nroots < LEAK_ROOTS_MAX && hi > lo) roots[nroots++] = (os_range_t){lo, hi};
 }
 
 /* Stacks: an address in each, then its mapping. [0] is this thread's, from `from` up; the others
@@ -74,7 +79,7 @@ static void find_stacks(uintptr_t from) {
   nstacks = mag_thread_stacks(stack_at + 1, LEAK_STACKS_MAX);
   os_mappings(stack_at, nstacks + 1, stack_lo, stack_hi);
   if (stack_hi[0]) add_root(from, stack_hi[0]);
-  stack_copy = nstacks ? os_map(LEAK_CHUNK) : NULL;
+  stack_copy = os_map(LEAK_CHUNK);
 }
 
 static void release_stack_copy(void) {
@@ -90,6 +95,13 @@ static int root_step(struct dl_phdr_info *info, size_t size, void *self) {
     uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
     if (ph->p_type == PT_LOAD && (uintptr_t)self >= lo && (uintptr_t)self < lo + ph->p_memsz)
       is_self = info->dlpi_name && info->dlpi_name[0]; /* magpie as a shared object */
+  }
+  for (int i = 0; is_self && i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && nself < (int)(sizeof self_segments / sizeof self_segments[0]))
+      self_segments[nself++] =
+          (os_range_t){lo & ~(OS_PAGE - 1), (lo + ph->p_memsz + OS_PAGE - 1) & ~(OS_PAGE - 1)};
   }
   if (is_self) return 0;
   for (int i = 0; i < info->dlpi_phnum; i++) {
@@ -145,6 +157,11 @@ static int by_stack(const void *a, const void *b) {
   return 0;
 }
 
+static int by_start(const void *a, const void *b) {
+  uintptr_t x = ((const os_range_t *)a)->lo, y = ((const os_range_t *)b)->lo;
+  return x < y ? -1 : x > y;
+}
+
 static int by_bytes(const void *a, const void *b) { /* the larger group sorts first */
   size_t x = ((const group_t *)a)->bytes, y = ((const group_t *)b)->bytes;
   return x < y ? 1 : x > y ? -1 : 0;
@@ -182,14 +199,77 @@ static void mark_range(marker_t *m, uintptr_t lo, uintptr_t hi) {
     mark_word(m, *(const uintptr_t *)a);
 }
 
-/* Another thread's stack, [lo, hi): its resident pages, copied first (it may exit meanwhile). */
-static void mark_other_stack(marker_t *m, uintptr_t lo, uintptr_t hi) {
+/* Memory not a loaded object's, [lo, hi): its resident pages, copied first (another thread may
+   unmap it meanwhile). */
+static void mark_copied(marker_t *m, uintptr_t lo, uintptr_t hi) {
   for (uintptr_t a = lo; a < hi && stack_copy; a += LEAK_CHUNK) {
     size_t len = hi - a < LEAK_CHUNK ? hi - a : LEAK_CHUNK;
     if (!os_resident(a, len)) continue;
     size_t got = os_read_self(stack_copy, a, len);
     mark_range(m, (uintptr_t)stack_copy, (uintptr_t)stack_copy + got);
   }
+}
+
+/* The ranges the anonymous scan leaves out, sorted by start: magpie's mappings, its loaded
+   segments (their .bss tail is an anonymous mapping) and this thread's stack (its part below
+   the report's frame holds magpie's dead slots). */
+typedef struct own_ranges {
+  marker_t *m;
+  const os_range_t **sorted;
+  size_t n;
+} own_ranges_t;
+
+/* A writable private mapping of no file ("", "[heap]" or a name given with prctl, "[anon:..."),
+   less the ranges magpie owns. */
+static void anonymous_step(void *ctx, uintptr_t lo, uintptr_t hi, const char *rest) {
+  const own_ranges_t *own = ctx;
+  if (rest[0] != 'r' || rest[1] != 'w' || rest[3] != 'p') return;
+  const char *s = rest;
+  for (int field = 0; field < 4; field++) { /* perms, offset, device, inode */
+    while (*s == ' ')
+      s++;
+    const char *start = s;
+    while (*s && *s != ' ')
+      s++;
+    if (field == 3 && !(s - start == 1 && *start == '0')) return; /* a file's */
+  }
+  while (*s == ' ')
+    s++;
+  if (*s && strcmp(s, "[heap]") != 0 && strncmp(s, "[anon:", 6) != 0) return;
+  size_t first = 0, last = own->n; /* the first own range ending above lo */
+  while (first < last) {
+    size_t mid = (first + last) / 2;
+    if (own->sorted[mid]->hi <= lo)
+      first = mid + 1;
+    else
+      last = mid;
+  }
+  uintptr_t at = lo;
+  for (size_t i = first; i < own->n && own->sorted[i]->lo < hi; i++) {
+    if (own->sorted[i]->lo > at) mark_copied(own->m, at, own->sorted[i]->lo);
+    if (own->sorted[i]->hi > at) at = own->sorted[i]->hi;
+  }
+  if (at < hi) mark_copied(own->m, at, hi);
+}
+
+static void mark_anonymous(marker_t *m) {
+  size_t map_bytes = LEAK_OWN_MAX * (sizeof(os_range_t) + sizeof(os_range_t *));
+  os_range_t *ranges = os_map(map_bytes);
+  if (!ranges) return;
+  const os_range_t **sorted = (const os_range_t **)(ranges + LEAK_OWN_MAX);
+  size_t cap = LEAK_OWN_MAX - (size_t)nself - 1;
+  size_t n = os_tracked(ranges, cap);
+  if (n != SIZE_MAX) {
+    for (int i = 0; i < nself; i++)
+      ranges[n++] = self_segments[i];
+    ranges[n++] = (os_range_t){stack_lo[0], stack_hi[0]};
+    for (size_t i = 0; i < n; i++)
+      sorted[i] = &ranges[i];
+    heap_sort((void **)sorted, n, by_start);
+    own_ranges_t own = {m, sorted, n};
+    os_maps_each(0, anonymous_step, &own);
+  }
+  os_unmap(ranges, map_bytes);
 }
 
 static void mark_all(marker_t *m) {
@@ -204,7 +284,8 @@ static void mark_all(marker_t *m) {
   for (int i = 0; i < nroots; i++)
     mark_range(m, roots[i].lo, roots[i].hi);
   for (size_t i = 1; i <= nstacks; i++)
-    mark_other_stack(m, stack_lo[i], stack_hi[i]);
+    mark_copied(m, stack_lo[i], stack_hi[i]);
+  mark_anonymous(m);
   while (m->top > 0) {
     block_record_t *r = m->stack[--m->top];
     mark_range(m, r->user, r->user + r->size);
@@ -234,6 +315,8 @@ static void put_line_start(report_buf_t *b, const group_t *g) {
 void debug_leaks_report(uintptr_t stack_from) {
   nroots = 0;
   nstacks = 0;
+  nself = 0;
+  size_t reachable = 0, reachable_bytes = 0;
   if (debug_flags.leaks_unreachable) {
     dl_iterate_phdr(root_step, (void *)(uintptr_t)debug_leaks_report);
     find_stacks(stack_from);
@@ -260,8 +343,14 @@ void debug_leaks_report(uintptr_t stack_from) {
     marker_t m = {.blocks = blocks, .n = n, .stack = blocks + n, .top = 0};
     mark_all(&m);
     k = 0;
-    for (size_t i = 0; i < n; i++)
-      if (!blocks[i]->mark) blocks[k++] = blocks[i];
+    for (size_t i = 0; i < n; i++) {
+      if (!blocks[i]->mark) {
+        blocks[k++] = blocks[i];
+      } else {
+        reachable++;
+        reachable_bytes += blocks[i]->size;
+      }
+    }
     n = k;
   }
   heap_sort((void **)blocks, n, by_stack);
@@ -306,6 +395,13 @@ void debug_leaks_report(uintptr_t stack_from) {
     report_str(&b, ", from ");
     report_dec(&b, ngroups);
     report_str(&b, ngroups == 1 ? " allocation stack" : " allocation stacks, largest first");
+  }
+  if (debug_flags.leaks_unreachable) {
+    report_str(&b, "; ");
+    report_dec(&b, reachable);
+    report_str(&b, reachable == 1 ? " block (" : " blocks (");
+    report_dec(&b, reachable_bytes);
+    report_str(&b, " bytes) still reachable, not listed (leaks=all lists them)");
   }
   report_str(&b, "\n");
   report_flush(&b);

@@ -22,6 +22,12 @@
  *      lock it writes under held for good (malloc_stats, as glibc's, is no cancellation point).
  *   7. stdio's list lock: glibc's fork takes it after the atfork prepare handlers have run, so
  *      magpie's fork handler takes it first (os_stdio_lock), where glibc will take it too.
+ *   8. Which mappings are magpie's: once os_track_start ran (debug mode's leak report asks, at
+ *      bring-up), every os_map, os_map_aligned, os_remap and os_unmap records its range in a
+ *      table of its own mapping, a slot claimed by a compare-and-swap (no lock: a fork or a
+ *      signal never finds it held). The leak scan then reads the program's anonymous memory
+ *      and leaves magpie's out, however the kernel merged the two into its mappings. A table
+ *      that overflows says so, and is not trusted.
  * Nothing here allocates or takes a lock of magpie's; all of it is safe from any thread at any
  * time.
  */
@@ -66,10 +72,14 @@ static void os_account(ptrdiff_t delta) {
   }
 }
 
+static void os_track_add(uintptr_t lo, uintptr_t hi);
+static void os_track_remove(uintptr_t lo, uintptr_t hi);
+
 void *os_map(size_t size) {
   void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return NULL;
   os_account((ptrdiff_t)size);
+  os_track_add((uintptr_t)p, (uintptr_t)p + size);
   return p;
 }
 
@@ -83,18 +93,22 @@ void *os_map_aligned(size_t size, size_t align) {
   if (head) munmap(raw, head);
   if (tail) munmap((char *)start + size, tail);
   os_account((ptrdiff_t)size);
+  os_track_add(start, start + size);
   return (void *)start;
 }
 
 void os_unmap(void *p, size_t size) {
   if (munmap(p, size) != 0) os_fatal("munmap of a range magpie mapped failed");
   os_account(-(ptrdiff_t)size);
+  os_track_remove((uintptr_t)p, (uintptr_t)p + size);
 }
 
 void *os_remap(void *p, size_t old_size, size_t new_size) {
   void *q = mremap(p, old_size, new_size, MREMAP_MAYMOVE);
   if (q == MAP_FAILED) return NULL;
   os_account((ptrdiff_t)new_size - (ptrdiff_t)old_size);
+  os_track_remove((uintptr_t)p, (uintptr_t)p + old_size);
+  os_track_add((uintptr_t)q, (uintptr_t)q + new_size);
   return q;
 }
 
@@ -325,10 +339,29 @@ static uintptr_t parse_hex(const char **s) {
   }
 }
 
-void os_mappings(const uintptr_t *addr, size_t count, uintptr_t *lo_out, uintptr_t *hi_out) {
-  for (size_t i = 0; i < count; i++)
-    lo_out[i] = hi_out[i] = 0;
-  int fd = os_open("/proc/self/maps", O_RDONLY, 0);
+/* "/proc/PID/FILE", or "/proc/self/FILE" for pid 0. */
+static void os_proc_path(char *path, int pid, const char *file) {
+  char digits[16];
+  size_t n = 0;
+  strcpy(path, "/proc/");
+  if (pid <= 0) {
+    strcat(path, "self");
+  } else {
+    for (unsigned v = (unsigned)pid; v; v /= 10)
+      digits[n++] = (char)('0' + v % 10);
+    size_t at = strlen(path);
+    while (n)
+      path[at++] = digits[--n];
+    path[at] = '\0';
+  }
+  strcat(path, "/");
+  strcat(path, file);
+}
+
+void os_maps_each(int pid, os_maps_fn *fn, void *ctx) {
+  char path[48];
+  os_proc_path(path, pid, "maps");
+  int fd = os_open(path, O_RDONLY, 0);
   if (fd < 0) return;
   char buf[4096];
   size_t have = 0;
@@ -339,14 +372,13 @@ void os_mappings(const uintptr_t *addr, size_t count, uintptr_t *lo_out, uintptr
     buf[have] = '\0';
     char *line = buf, *nl;
     while ((nl = strchr(line, '\n')) != NULL) {
+      *nl = '\0';
       const char *s = line;
       uintptr_t lo = parse_hex(&s), hi = 0;
       if (*s == '-') s++, hi = parse_hex(&s);
-      for (size_t i = 0; i < count; i++)
-        if (addr[i] >= lo && addr[i] < hi) {
-          lo_out[i] = lo;
-          hi_out[i] = hi;
-        }
+      while (*s == ' ')
+        s++;
+      fn(ctx, lo, hi, s);
       line = nl + 1;
     }
     have -= (size_t)(line - buf);
@@ -354,6 +386,182 @@ void os_mappings(const uintptr_t *addr, size_t count, uintptr_t *lo_out, uintptr
     if (have == sizeof buf - 1) have = 0; /* a line longer than the buffer: drop it */
   }
   os_close(fd);
+}
+
+typedef struct mappings_query {
+  const uintptr_t *addr;
+  size_t count;
+  uintptr_t *lo, *hi;
+} mappings_query_t;
+
+static void mappings_step(void *ctx, uintptr_t lo, uintptr_t hi, const char *rest) {
+  mappings_query_t *q = ctx;
+  (void)rest;
+  for (size_t i = 0; i < q->count; i++)
+    if (q->addr[i] >= lo && q->addr[i] < hi) {
+      q->lo[i] = lo;
+      q->hi[i] = hi;
+    }
+}
+
+void os_mappings(const uintptr_t *addr, size_t count, uintptr_t *lo_out, uintptr_t *hi_out) {
+  for (size_t i = 0; i < count; i++)
+    lo_out[i] = hi_out[i] = 0;
+  mappings_query_t q = {addr, count, lo_out, hi_out};
+  os_maps_each(0, mappings_step, &q);
+}
+
+/* ---- which mappings are magpie's (theory 8) ---- */
+
+#define OS_TRACK_SLOTS ((size_t)1 << 16) /* a power of two */
+
+static os_range_t *os_track;   /* NULL until os_track_start */
+static bool os_track_overflow; /* a mapping found no slot: the table is incomplete */
+
+static size_t os_track_slot(uintptr_t lo) {
+  return (size_t)(((lo >> OS_PAGE_SHIFT) * 0x9e3779b97f4a7c15ull) >> 48) & (OS_TRACK_SLOTS - 1);
+}
+
+static void os_track_add(uintptr_t lo, uintptr_t hi) {
+  os_range_t *t = __atomic_load_n(&os_track, __ATOMIC_ACQUIRE);
+  if (!t || hi <= lo) return;
+  size_t h = os_track_slot(lo);
+  for (size_t i = 0; i < OS_TRACK_SLOTS; i++) {
+    os_range_t *r = &t[(h + i) & (OS_TRACK_SLOTS - 1)];
+    uintptr_t empty = 0;
+    if (__atomic_compare_exchange_n(&r->lo, &empty, lo, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED)) {
+      __atomic_store_n(&r->hi, hi, __ATOMIC_RELEASE);
+      return;
+    }
+  }
+  __atomic_store_n(&os_track_overflow, true, __ATOMIC_RELAXED);
+}
+
+/* The slot of the range holding addr: from lo's own slot on, where a whole unmap finds it at
+   once; an unmap of part of a range looks through the table. */
+static os_range_t *os_track_find(os_range_t *t, uintptr_t addr) {
+  size_t h = os_track_slot(addr);
+  for (size_t i = 0; i < OS_TRACK_SLOTS; i++) {
+    os_range_t *r = &t[(h + i) & (OS_TRACK_SLOTS - 1)];
+    uintptr_t lo = __atomic_load_n(&r->lo, __ATOMIC_ACQUIRE);
+    if (lo && addr >= lo && addr < __atomic_load_n(&r->hi, __ATOMIC_ACQUIRE)) return r;
+  }
+  return NULL;
+}
+
+static void os_track_remove(uintptr_t lo, uintptr_t hi) {
+  os_range_t *t = __atomic_load_n(&os_track, __ATOMIC_ACQUIRE);
+  if (!t || hi <= lo) return;
+  os_range_t *r = os_track_find(t, lo);
+  if (!r) return;
+  uintptr_t was_lo = r->lo, was_hi = r->hi;
+  __atomic_store_n(&r->hi, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&r->lo, 0, __ATOMIC_RELEASE);
+  if (was_lo < lo) os_track_add(was_lo, lo); /* the parts left mapped */
+  if (hi < was_hi) os_track_add(hi, was_hi);
+}
+
+bool os_track_start(void) {
+  if (__atomic_load_n(&os_track, __ATOMIC_ACQUIRE)) return true;
+  size_t bytes = OS_TRACK_SLOTS * sizeof(os_range_t);
+  void *t = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (t == MAP_FAILED) return false;
+  os_range_t *none = NULL;
+  if (!__atomic_compare_exchange_n(&os_track, &none, (os_range_t *)t, false, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE)) {
+    munmap(t, bytes);
+    return true;
+  }
+  os_track_add((uintptr_t)t, (uintptr_t)t + bytes); /* the table is magpie's too */
+  return true;
+}
+
+size_t os_tracked(os_range_t *out, size_t cap) {
+  os_range_t *t = __atomic_load_n(&os_track, __ATOMIC_ACQUIRE);
+  if (!t || __atomic_load_n(&os_track_overflow, __ATOMIC_RELAXED)) return SIZE_MAX;
+  size_t n = 0;
+  for (size_t i = 0; i < OS_TRACK_SLOTS; i++) {
+    uintptr_t lo = __atomic_load_n(&t[i].lo, __ATOMIC_ACQUIRE);
+    uintptr_t hi = __atomic_load_n(&t[i].hi, __ATOMIC_ACQUIRE);
+    if (!lo || hi <= lo) continue;
+    if (n == cap) return SIZE_MAX;
+    out[n++] = (os_range_t){lo, hi};
+  }
+  return n;
+}
+
+/* ---- the parent process ---- */
+
+int os_parent_pid(void) {
+  return (int)getppid();
+}
+
+typedef struct object_query {
+  uintptr_t addr;
+  char id[64]; /* "DEVICE INODE" of the file mapped at addr; empty until found */
+  bool found;
+} object_query_t;
+
+/* The device and inode fields of a maps line's rest ("PERMS OFFSET DEVICE INODE PATH"). */
+static bool maps_file_id(const char *rest, char *id, size_t cap) {
+  for (int field = 0; field < 2; field++) {
+    while (*rest && *rest != ' ')
+      rest++;
+    while (*rest == ' ')
+      rest++;
+  }
+  size_t n = 0;
+  for (int field = 0; field < 2 && *rest; field++) {
+    if (field) id[n++] = ' ';
+    while (*rest && *rest != ' ' && n + 2 < cap)
+      id[n++] = *rest++;
+    while (*rest == ' ')
+      rest++;
+  }
+  id[n] = '\0';
+  return n > 0 && strcmp(id + n - 2, " 0") != 0; /* inode 0: anonymous */
+}
+
+static void object_of_addr_step(void *ctx, uintptr_t lo, uintptr_t hi, const char *rest) {
+  object_query_t *q = ctx;
+  if (q->addr >= lo && q->addr < hi) q->found = maps_file_id(rest, q->id, sizeof q->id);
+}
+
+static void object_mapped_step(void *ctx, uintptr_t lo, uintptr_t hi, const char *rest) {
+  object_query_t *q = ctx;
+  char id[64];
+  (void)lo, (void)hi;
+  if (!q->found && maps_file_id(rest, id, sizeof id) && strcmp(id, q->id) == 0) q->found = true;
+}
+
+bool os_pid_maps_object_of(int pid, uintptr_t addr) {
+  object_query_t q = {.addr = addr};
+  os_maps_each(0, object_of_addr_step, &q);
+  if (!q.found) return false;
+  q.found = false;
+  os_maps_each(pid, object_mapped_step, &q);
+  return q.found;
+}
+
+bool os_pid_env_has(int pid, const char *name_eq) {
+  char path[48], buf[4096];
+  os_proc_path(path, pid, "environ");
+  int fd = os_open(path, O_RDONLY, 0);
+  if (fd < 0) return false;
+  size_t len = strlen(name_eq), matched = 0; /* bytes of name_eq matched; SIZE_MAX: none */
+  bool found = false;
+  ssize_t n;
+  while (!found && (n = os_read(fd, buf, sizeof buf)) > 0)
+    for (ssize_t i = 0; i < n && !found; i++) {
+      if (buf[i] == '\0')
+        matched = 0;
+      else if (matched != SIZE_MAX)
+        matched = buf[i] == name_eq[matched] ? matched + 1 : SIZE_MAX;
+      found = matched == len;
+    }
+  os_close(fd);
+  return found;
 }
 
 bool os_resident(uintptr_t addr, size_t len) {

@@ -60,6 +60,23 @@ size_t os_rss_bytes(void);
 /* The mappings holding addr[0..n), [lo[i], hi[i]) (for a stack: its top is hi[i]), in one
    read of /proc/self/maps; both 0 where no mapping holds addr[i]. */
 void os_mappings(const uintptr_t *addr, size_t n, uintptr_t *lo, uintptr_t *hi);
+/* Calls fn for each line of /proc/PID/maps (pid 0: this process) with its range and the rest
+   of the line ("PERMS OFFSET DEVICE INODE PATH"), NUL-terminated. */
+typedef void os_maps_fn(void *ctx, uintptr_t lo, uintptr_t hi, const char *rest);
+void os_maps_each(int pid, os_maps_fn *fn, void *ctx);
+/* From os_track_start on, the ranges magpie maps are recorded (os.c theory 8); os_tracked
+   copies them into out[0..cap) and returns their count, or SIZE_MAX when they are not known
+   (tracking off, the table overflowed, or more than cap). */
+typedef struct os_range {
+  uintptr_t lo, hi;
+} os_range_t;
+bool os_track_start(void);
+size_t os_tracked(os_range_t *out, size_t cap);
+int os_parent_pid(void);
+/* Whether process pid maps the file that holds addr in this process (same device and inode). */
+bool os_pid_maps_object_of(int pid, uintptr_t addr);
+/* Whether process pid's environment (as it was at its exec) has an entry starting name_eq. */
+bool os_pid_env_has(int pid, const char *name_eq);
 /* Whether any page of [addr, addr + len) is resident; len at most 64 pages. */
 bool os_resident(uintptr_t addr, size_t len);
 /* Copies len bytes at src into dst without faulting on memory that is gone (another thread's

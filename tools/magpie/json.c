@@ -1,10 +1,11 @@
 /* json: the scanner declared in json.h. It walks a buffer that holds one JSON value, without
- * building a tree: strings are copied into a caller's buffer or skipped, numbers are read only
- * as the non-negative integers the statistics hold, and nesting is followed up to JSON_MAX_DEPTH
- * so that a hostile file cannot exhaust the stack. */
+ * building a tree: strings are copied into a caller's buffer or skipped, numbers are read as the
+ * non-negative integers the statistics hold or, for records, as doubles, and nesting is
+ * followed up to JSON_MAX_DEPTH so that a hostile file cannot exhaust the stack. */
 #include "json.h"
 
 #include <ctype.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* How deep the scanner follows nested arrays and objects. */
@@ -113,6 +114,21 @@ static int scan_skip_number(scan_t *s) {
     s->p = start;
     return scan_fail(s, "expected a value");
   }
+  return 0;
+}
+
+int scan_number(scan_t *s, double *out) {
+  char text[64];
+  scan_ws(s);
+  const char *start = s->p;
+  if (scan_skip_number(s) < 0) return -1;
+  size_t len = (size_t)(s->p - start);
+  if (len >= sizeof text) return scan_fail(s, "number too long");
+  memcpy(text, start, len);
+  text[len] = '\0';
+  char *end;
+  *out = strtod(text, &end);
+  if (end != text + len) return scan_fail(s, "malformed number");
   return 0;
 }
 

@@ -22,6 +22,8 @@ int scan_fail(scan_t *s, const char *what);
 void scan_ws(scan_t *s);
 /* Reads a non-negative integer that fits in 64 bits. */
 int scan_u64(scan_t *s, uint64_t *out);
+/* Reads any JSON number (a record's times are fractions of seconds). */
+int scan_number(scan_t *s, double *out);
 /* Skips any value; depth is how deep it is nested, for the nesting limit. */
 int scan_skip_value(scan_t *s, int depth);
 

@@ -3,6 +3,7 @@
  * file holds the usage text, the argument parsing and the order of one run; the work is done
  * by the modules below it, each calling only further down:
  *   main -> run (fork, exec, signals, finding the library)
+ *        -> plot (a record drawn as SVG) -> json
  *        -> report (text and JSON) -> stats (the library's stats file) -> json (the scanner)
  *        -> tmpdir (the directory the stats files go to)
  * and tool.h (exit statuses, error messages) beneath them all. The tool exits with PROGRAM's
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "plot.h"
 #include "report.h"
 #include "run.h"
 #include "tmpdir.h"
@@ -19,6 +21,7 @@
 
 static const char usage_text[] =
     "Usage: magpie run [--stats] [--json] [--] PROGRAM [ARGS...]\n"
+    "       magpie plot FILE [-o OUT.svg]\n"
     "       magpie version\n"
     "       magpie --help\n"
     "\n"
@@ -34,6 +37,10 @@ static const char usage_text[] =
     "  --json      print the report as one JSON object instead (implies --stats)\n"
     "  --          end of options; what follows is PROGRAM and its arguments\n"
     "  -h, --help  show this help\n"
+    "\n"
+    "magpie plot draws a record (JSON Lines written by magpie run --record FILE) as an\n"
+    "SVG picture: RSS, live, cached and mapped bytes against time, and the live bytes of\n"
+    "the busiest size classes. OUT.svg defaults to FILE with .jsonl replaced by .svg.\n"
     "\n"
     "Environment:\n"
     "  MAGPIE_OPTIONS  allocator options (name=value,...), passed on to PROGRAM\n"
@@ -103,6 +110,27 @@ static int cmd_run(int argc, char **argv) {
   return rc < 0 ? EXIT_TOOL_FAILED : r.exit_status;
 }
 
+static int cmd_plot(int argc, char **argv) {
+  const char *in = NULL, *out = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "-o") == 0) {
+      if (++i == argc) return usage_error("%s", "plot: -o needs a file name");
+      out = argv[i];
+    } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      usage(stdout);
+      return 0;
+    } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+      return usage_error("unknown option '%s' for plot", argv[i]);
+    } else if (in) {
+      return usage_error("plot: more than one FILE ('%s')", argv[i]);
+    } else {
+      in = argv[i];
+    }
+  }
+  if (!in) return usage_error("%s", "plot: no FILE given");
+  return plot_record(in, out) == 0 ? 0 : EXIT_TOOL_FAILED;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
@@ -118,6 +146,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
+  if (strcmp(cmd, "plot") == 0) return cmd_plot(argc - 2, argv + 2);
   if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);
   return usage_error("unknown command '%s'", cmd);
 }
