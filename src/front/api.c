@@ -24,6 +24,7 @@
 #include "fastpath.h"
 #include "large.h"
 #include "options.h"
+#include "populate.h"
 #include "report.h"
 #include "sample.h"
 #include "stats.h"
@@ -107,18 +108,30 @@ void free_slow_kind(void *p, size_t size, size_t align, int kind) {
     free_slow(p);
 }
 
+/* The usable size of a live block magpie handed out that starts at p, 0 if p is none (a
+   sampled block that is not live is reported). */
+static size_t block_live_size(void *p, uintptr_t entry) {
+  uintptr_t a = (uintptr_t)p, tag = entry & PM_TAG_MASK;
+  if (tag >= 1 && tag <= SC_COUNT)
+    return sc_is_object_start((unsigned)tag, a) && *(uintptr_t *)p != (a ^ mag_secret)
+               ? sc_info[tag].size
+               : 0;
+  if (tag == PM_TAG_LARGE && (a & (OS_PAGE - 1)) == 0) return large_size(entry);
+  if (tag == PM_TAG_SAMPLE) return sample_size(p, entry);
+  return 0;
+}
+
 /* The usable size of a block magpie handed out; reports anything else. */
 static size_t block_size(void *p, uintptr_t *entry, const char *what) {
   uintptr_t a = (uintptr_t)p, e = pagemap_get(a), tag = e & PM_TAG_MASK;
+  size_t size = block_live_size(p, e);
   *entry = e;
-  if (tag >= 1 && tag <= SC_COUNT) {
-    if (!sc_is_object_start((unsigned)tag, a))
-      report_heap_error(what, p, "interior pointer, not the start of a block");
-    if (*(uintptr_t *)p == (a ^ mag_secret)) report_heap_error(what, p, "block already freed");
-    return sc_info[tag].size;
-  }
-  if (tag == PM_TAG_LARGE && (a & (OS_PAGE - 1)) == 0) return large_size(e);
-  if (tag == PM_TAG_SAMPLE) return sample_size(p, e);
+  if (size) return size;
+  if (tag >= 1 && tag <= SC_COUNT)
+    report_heap_error(what, p,
+                      sc_is_object_start((unsigned)tag, a)
+                          ? "block already freed"
+                          : "interior pointer, not the start of a block");
   bad_pointer(what, p, e);
 }
 
@@ -224,6 +237,13 @@ MAGPIE_EXPORT size_t magpie_usable_size(void *p) {
 
 void api_free_sized(void *p, size_t size, size_t align) {
   if (!fast_free_try(p)) free_slow_kind(p, size, align, DEBUG_MALLOC); /* debug mode checks */
+}
+
+MAGPIE_EXPORT int magpie_populate(void *p, size_t len) {
+  size_t size = !p ? 0 : debug_on ? debug_usable_size(p) : block_live_size(p, pagemap_get((uintptr_t)p));
+  if (size == 0 || len > size) return EINVAL;
+  int error = populate_range(p, len);
+  return error == EINVAL ? EOPNOTSUPP : error; /* the kernel has no MADV_POPULATE_WRITE */
 }
 
 MAGPIE_EXPORT size_t magpie_trim(void) {

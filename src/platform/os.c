@@ -12,7 +12,9 @@
  *      registered an rseq area (__rseq_size; magpie never registers a second one). The
  *      possible CPU ids (what the kernel may write into an rseq area) come from sysfs.
  *   3. Accounting: os_mapped_bytes is what magpie holds from the kernel, metadata included.
- *   4. Futexes back lock.c's sleeping path; os_thread_start makes magpie's own threads.
+ *   4. Futexes back lock.c's sleeping path; os_thread_start makes magpie's own threads, and
+ *      os_run_parallel its short-lived helpers, joined before it returns with cancellation
+ *      off (pthread_join is a cancellation point; malloc and calloc are not).
  *   5. os_fence_rseq (membarrier) restarts every restartable sequence in flight on one CPU and
  *      orders memory with it: after it, a sequence there sees what the caller stored before.
  *      os_fence_threads is the same barrier on every CPU that runs one of the process's
@@ -46,7 +48,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define OS_THREAD_STACK ((size_t)64 << 10) /* magpie's own threads only reap */
+#define OS_THREAD_STACK ((size_t)64 << 10) /* magpie's own threads only reap or populate */
 
 extern const unsigned int __rseq_size __attribute__((weak));
 extern char __libc_single_threaded __attribute__((weak)); /* glibc 2.32 and later */
@@ -102,8 +104,8 @@ void os_purge(void *p, size_t size) {
   madvise(p, size, MADV_DONTNEED);
 }
 
-void os_populate(void *p, size_t size) {
-  madvise(p, size, MADV_POPULATE_WRITE); /* Linux 5.14; before, or short of memory: lazy */
+int os_populate(void *p, size_t size) {
+  return madvise(p, size, MADV_POPULATE_WRITE) == 0 ? 0 : errno; /* Linux 5.14 */
 }
 
 bool os_protect(void *p, size_t size, bool accessible) {
@@ -258,20 +260,43 @@ void os_sleep_ms(size_t ms) {
   }
 }
 
-bool os_thread_start(void *(*fn)(void *), const char *name) {
+/* Starts up to n threads running fn(arg), every signal blocked in them (they belong to the
+   program's threads), detached or joinable; returns how many started, their ids in ids. */
+static unsigned os_threads_create(pthread_t *ids, unsigned n, void *(*fn)(void *), void *arg,
+                                  bool detached) {
   sigset_t all, old;
   sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old); /* the new thread inherits this mask */
+  pthread_sigmask(SIG_SETMASK, &all, &old); /* a new thread inherits this mask */
   pthread_attr_t attr;
-  pthread_t thread;
   pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setdetachstate(&attr, detached ? PTHREAD_CREATE_DETACHED : PTHREAD_CREATE_JOINABLE);
   pthread_attr_setstacksize(&attr, OS_THREAD_STACK);
-  bool ok = pthread_create(&thread, &attr, fn, NULL) == 0;
-  if (ok) pthread_setname_np(thread, name);
+  unsigned started = 0;
+  while (started < n && pthread_create(&ids[started], &attr, fn, arg) == 0)
+    started++;
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return started;
+}
+
+bool os_thread_start(void *(*fn)(void *), const char *name) {
+  pthread_t thread;
+  bool ok = os_threads_create(&thread, 1, fn, NULL, true) == 1;
+  if (ok) pthread_setname_np(thread, name);
   return ok;
+}
+
+unsigned os_run_parallel(void *(*fn)(void *), void *arg, unsigned helpers) {
+  pthread_t ids[OS_PARALLEL_MAX];
+  unsigned started =
+      os_threads_create(ids, helpers < OS_PARALLEL_MAX ? helpers : OS_PARALLEL_MAX, fn, arg, false);
+  fn(arg);
+  int cancel;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+  for (unsigned i = 0; i < started; i++)
+    pthread_join(ids[i], NULL);
+  pthread_setcancelstate(cancel, NULL);
+  return started;
 }
 
 void os_futex_wait(uint32_t *word, uint32_t expected) {
