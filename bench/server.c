@@ -29,7 +29,6 @@
 #define PHASES 5
 #define SAMPLE_MS 50
 #define KEEP_ONE_IN 10 /* blocks kept through the idle period: one in this many */
-#define MAX_SAMPLES 100000
 
 /* Size range of each phase: small, medium, large, mixed, small again. */
 static const size_t phase_lo[PHASES] = {16, 256, 8192, 16, 16};
@@ -145,24 +144,6 @@ static int all_idle(worker_t *w, int t) {
   return 1;
 }
 
-static void nap(double secs) {
-  struct timespec d = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
-  nanosleep(&d, NULL);
-}
-
-/* Appends one sample (seconds since start, live bytes, RSS bytes) while there is room. */
-static void record(float *samples, long *ns, double when, size_t live, size_t rss) {
-  if (*ns >= MAX_SAMPLES) return;
-  samples[*ns * 3] = (float)when;
-  samples[*ns * 3 + 1] = (float)live;
-  samples[*ns * 3 + 2] = (float)rss;
-  (*ns)++;
-}
-
-static double ratio(size_t rss, size_t base, size_t live) {
-  return live == 0 ? 0.0 : (double)(rss > base ? rss - base : 0) / (double)live;
-}
-
 int main(int argc, char **argv) {
   bench_args_t a = {.threads = 2, .iters = 4000000, .seed = 1, .n = 64, .wait = 5.0};
   bench_parse(argc, argv, &a, usage);
@@ -170,8 +151,9 @@ int main(int argc, char **argv) {
   if (a.n < 1) bench_die("-n must be >= 1");
   worker_t *w = calloc((size_t)t, sizeof(*w));
   pthread_t *tids = calloc((size_t)t, sizeof(pthread_t));
-  float *samples = calloc(MAX_SAMPLES * 3, sizeof(float));
-  if (w == NULL || tids == NULL || samples == NULL) bench_die("out of memory");
+  if (w == NULL || tids == NULL) bench_die("out of memory");
+  bench_series_t samples;
+  bench_series_init(&samples);
   for (int i = 0; i < t; i++) {
     w[i].ops = a.iters / t / PHASES;
     w[i].budget = (size_t)a.n * 1024 * 1024 / (size_t)t;
@@ -182,14 +164,14 @@ int main(int argc, char **argv) {
   double t0 = bench_now();
   bench_spawn(tids, t, worker, w, sizeof(*w), NULL, 0);
   double peak = 0, sum = 0;
-  long ns = 0, nsteady = 0;
+  long nsteady = 0;
   while (!all_idle(w, t)) {
-    nap(SAMPLE_MS * 1e-3);
+    bench_nap(SAMPLE_MS * 1e-3);
     size_t live = total_live(w, t), rss = bench_rss();
-    record(samples, &ns, bench_now() - t0, live, rss);
+    bench_series_add(&samples, bench_now() - t0, live, rss);
     /* Ratios count once the live set is built (half the budget reached) and before step 2. */
     if (live >= (size_t)a.n * 1024 * 1024 / 2 && !all_idle(w, t)) {
-      double q = ratio(rss, base, live);
+      double q = bench_rss_ratio(rss, base, live);
       if (q > peak) peak = q;
       sum += q;
       nsteady++;
@@ -199,16 +181,16 @@ int main(int argc, char **argv) {
   for (int i = 0; i < t; i++)
     secs = w[i].done - t0 > secs ? w[i].done - t0 : secs;
   size_t live_kept = total_live(w, t);
-  double after_free = ratio(bench_rss(), base, live_kept);
+  double after_free = bench_rss_ratio(bench_rss(), base, live_kept);
 
   /* Step 3: idle, still sampling (the samples show whether and when RSS comes down). */
   double idle_end = bench_now() + a.wait;
   for (double left; (left = idle_end - bench_now()) > 0;) {
-    nap(left < SAMPLE_MS * 1e-3 ? left : SAMPLE_MS * 1e-3);
-    record(samples, &ns, bench_now() - t0, live_kept, bench_rss());
+    bench_nap(left < SAMPLE_MS * 1e-3 ? left : SAMPLE_MS * 1e-3);
+    bench_series_add(&samples, bench_now() - t0, live_kept, bench_rss());
   }
   size_t rss_idle = bench_rss();
-  double idle_ratio = ratio(rss_idle, base, live_kept);
+  double idle_ratio = bench_rss_ratio(rss_idle, base, live_kept);
 
   pthread_mutex_lock(&idle_lock);
   idle_over = 1;
@@ -216,20 +198,13 @@ int main(int argc, char **argv) {
   pthread_mutex_unlock(&idle_lock);
   bench_join(tids, t);
 
-  if (a.mode != NULL) {
-    FILE *f = fopen(a.mode, "w");
-    if (f == NULL) bench_die("cannot write %s", a.mode);
-    fprintf(f, "seconds,live_bytes,rss_bytes\n");
-    for (long i = 0; i < ns; i++)
-      fprintf(f, "%.3f,%.0f,%.0f\n", samples[i * 3], samples[i * 3 + 1], samples[i * 3 + 2]);
-    fclose(f);
-  }
+  long ns = samples.n;
+  bench_series_finish(&samples, a.mode);
   printf("RESULT server time=%.4f threads=%d live_mib=%ld peak_ratio=%.3f mean_ratio=%.3f "
          "after_free=%.3f idle_ratio=%.3f live_kept_kib=%zu rss_idle_kib=%zu samples=%ld\n",
          secs, t, a.n, peak, nsteady ? sum / (double)nsteady : 0.0, after_free, idle_ratio,
          live_kept / 1024, rss_idle / 1024, ns);
   free(w);
   free(tids);
-  free(samples);
   return 0;
 }
