@@ -3,12 +3,15 @@
  *
  * Models a service with daily load: by day its heap fills with small objects (sessions,
  * records: 16..1024 bytes) and some large buffers (256 KiB..2 MiB, about a third of the
- * bytes); at night nine in ten objects, picked at random, are dropped, which leaves the
- * survivors scattered over pages and huge pages the allocator must either keep or break up.
- * Minutes of such cycles are compressed into seconds. The run:
+ * bytes); at night nine in ten sessions, picked at random, end and their objects are freed.
+ * A session is SESSION objects allocated one after another (objects of a request or a
+ * connection live and die together), so the survivors keep some pages and huge pages whole
+ * and leave others empty, for the allocator to return; objects freed one by one at random
+ * would leave a survivor on nearly every page, which no allocator that does not move objects
+ * can give back. Minutes of such cycles are compressed into seconds. The run:
  *   1. T worker threads each hold a share of the peak (-n MiB in all). A cycle: allocate
- *      (writing every byte) until the share is reached, then free each block but one in
- *      KEEP_ONE_IN at random. -i cycles.
+ *      (writing every byte) until the share is reached, then end each session but one in
+ *      KEEP_ONE_IN at random. -i cycles. The array of blocks counts as live bytes.
  *   2. The workers stay alive, idle, while the main thread idles -w seconds (long enough for a
  *      background purge, as magpie's reaper's, to run), then they check and free what is left.
  * The main thread samples RSS and live bytes every SAMPLE_MS throughout.
@@ -25,6 +28,7 @@
 
 #define SAMPLE_MS 50
 #define KEEP_ONE_IN 10
+#define SESSION 1024 /* objects: about 250 KiB */
 #define SMALL_MIN 16
 #define SMALL_MAX 1024
 #define LARGE_ONE_IN 8192 /* a large block in this many: about a third of the bytes */
@@ -72,12 +76,13 @@ static void *worker(void *arg) {
   worker_t *w = arg;
   bench_rng_t r;
   bench_rng_init(&r, w->seed, 7);
-  size_t cap = 4096, n = 0, live = 0;
+  size_t cap = 4096, n = 0, live = cap * sizeof(blk_t);
   blk_t *set = malloc(cap * sizeof(blk_t));
   if (set == NULL) bench_die("out of memory");
   for (long c = 0; c < w->cycles; c++) {
     for (size_t k = 0; live < w->budget; k++) {
       if (n == cap) {
+        live += cap * sizeof(blk_t);
         cap *= 2;
         set = realloc(set, cap * sizeof(blk_t));
         if (set == NULL) bench_die("out of memory");
@@ -87,8 +92,9 @@ static void *worker(void *arg) {
       if ((k & 255) == 0) atomic_store_explicit(&w->live, live, memory_order_relaxed);
     }
     size_t kept = 0;
-    for (size_t i = 0; i < n; i++) {
-      if (bench_below(&r, KEEP_ONE_IN) == 0) {
+    for (size_t i = 0, keep = 0; i < n; i++) {
+      if (i % SESSION == 0) keep = bench_below(&r, KEEP_ONE_IN) == 0;
+      if (keep) {
         set[kept++] = set[i];
       } else {
         live -= set[i].size;
@@ -97,6 +103,11 @@ static void *worker(void *arg) {
       if ((i & 255) == 0) atomic_store_explicit(&w->live, live, memory_order_relaxed);
     }
     n = kept;
+    live -= cap * sizeof(blk_t);
+    cap = n > 2048 ? 2 * n : 4096; /* the array shrinks with the heap */
+    set = realloc(set, cap * sizeof(blk_t));
+    if (set == NULL) bench_die("out of memory");
+    live += cap * sizeof(blk_t);
     atomic_store_explicit(&w->live, live, memory_order_relaxed);
   }
   w->done = bench_now();

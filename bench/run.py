@@ -15,7 +15,7 @@ slow drifts of a noisy machine spread over all of them. Every child runs under b
 (bench/rusage.c), which reports its wall time, CPU time and peak RSS (ru_maxrss from wait4); the
 workloads also report the time of their measured phase and their own metrics.
 This file uses the standard library only; the chart is drawn by bench/chart.py where matplotlib
-can be imported.
+can be imported, RSS over time (server, breathe) by bench/rss_svg.py as an SVG everywhere.
 """
 
 import argparse
@@ -33,6 +33,8 @@ import sys
 import tempfile
 import threading
 import time
+
+import rss_svg  # bench/: RSS over time as an SVG
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
@@ -161,6 +163,18 @@ def plan(mode, threads=None):
                       ["-t", "2", "-n", "16", "-w", "5"],
                       metric=("idle_ratio", "RSS/live after idle", "lower"),
                       reps=3))  # its timed step is ~70 ms: one run was too noisy to rank
+    # The breathing server without huge pages and with them: magpie's hugepages option, the
+    # peers' THP options; its RSS over time goes to the results' -rss.svg.
+    for suffix, env in (("", {SUBJECT: {"MAGPIE_OPTIONS": "hugepages=never"}}),
+                        ("-thp", dict(THP_ENV, **{SUBJECT: {"MAGPIE_OPTIONS": "hugepages=auto"}}))):
+        w.append(Workload("breathe" + suffix, "breathe",
+                          "heap grows to %s MiB, shrinks to a tenth, %s times; idle 5 s%s"
+                          % ("512" if quick else "1024", "3" if quick else "4",
+                             "; huge pages on" if suffix else ""),
+                          ["-t", "2", "-i", "3" if quick else "4",
+                           "-n", "512" if quick else "1024", "-w", "5"],
+                          metric=("idle_ratio", "RSS/live after idle", "lower"),
+                          reps=1 if quick else 3, series=True, alloc_env=env))
     for t in (256, 1024):
         w.append(Workload("idle-t%d" % t, "idle", "many mostly idle threads, small working sets",
                           ["-t", str(t), "-i", "20", "-n", "64"],
@@ -1264,6 +1278,8 @@ def main():
     with open(base + ".json", "w") as f:
         json.dump(data, f, indent=1)
     print("wrote %s.md and .json" % os.path.relpath(base))
+    if rss_svg.write_svg(data, base + "-rss.svg"):
+        print("wrote %s-rss.svg" % os.path.relpath(base))
     chart(base)
     return 1 if failures else 0
 
