@@ -12,7 +12,9 @@
  *      are handed out by an atomic cursor, so a thread slowed down takes fewer.
  *   3. Threads cost tens of microseconds each to start and join: a range gets one thread per
  *      POPULATE_PER_THREAD bytes, at most the CPUs the process may use, the caller being one
- *      of them; a smaller range is mapped by the caller alone, in one call.
+ *      of them; a smaller range is mapped by the caller alone, in one call, and so is every
+ *      range of a process that must get no thread of magpie's (os_helpers_welcome: a
+ *      single-threaded program, a forked child).
  *   4. The helpers (os_run_parallel) never allocate, and the caller holds no lock of magpie's
  *      while it waits, so creating them may allocate (glibc's thread descriptors) without
  *      deadlock. The first error stops the other threads at their next chunk.
@@ -56,7 +58,7 @@ int populate_range(void *p, size_t len) {
   uintptr_t end = ((uintptr_t)p + len + OS_PAGE - 1) & ~(OS_PAGE - 1);
   size_t threads = (end - start) / POPULATE_PER_THREAD, cpus = os_cpu_count();
   if (threads > cpus) threads = cpus;
-  if (threads <= 1) return os_populate((void *)start, end - start);
+  if (threads <= 1 || !os_helpers_welcome()) return os_populate((void *)start, end - start);
   uintptr_t base = start & ~(POPULATE_CHUNK - 1);
   populate_job_t job = {base, start, end, (end - base + POPULATE_CHUNK - 1) / POPULATE_CHUNK, 0, 0};
   os_run_parallel(populate_worker, &job, (unsigned)threads - 1);

@@ -14,7 +14,10 @@
  *   3. Accounting: os_mapped_bytes is what magpie holds from the kernel, metadata included.
  *   4. Futexes back lock.c's sleeping path; os_thread_start makes magpie's own threads, and
  *      os_run_parallel its short-lived helpers, joined before it returns with cancellation
- *      off (pthread_join is a cancellation point; malloc and calloc are not).
+ *      off (pthread_join is a cancellation point; malloc and calloc are not). Helpers go only
+ *      to a process that runs threads already: a single-threaded one would stay marked as
+ *      multithreaded by glibc (its single-thread fast paths lost, unshare(CLONE_NEWUSER)
+ *      refused), and a forked child may only make async-signal-safe calls until it execs.
  *   5. os_fence_rseq (membarrier) restarts every restartable sequence in flight on one CPU and
  *      orders memory with it: after it, a sequence there sees what the caller stored before.
  *      os_fence_threads is the same barrier on every CPU that runs one of the process's
@@ -59,6 +62,7 @@ extern const ptrdiff_t __rseq_offset __attribute__((weak));
 static size_t os_mapped;     /* bytes mapped now (atomic) */
 static size_t os_mapped_max; /* high-water mark of os_mapped (atomic) */
 static unsigned os_ncpu = 1; /* set once by os_init */
+static int os_init_pid;       /* the process that ran os_init */
 
 static void os_account(ptrdiff_t delta) {
   size_t now = __atomic_add_fetch(&os_mapped, (size_t)delta, __ATOMIC_RELAXED);
@@ -192,6 +196,7 @@ static unsigned os_cgroup_cpus(void) {
 }
 
 void os_init(void) {
+  os_init_pid = (int)getpid();
   unsigned long page = getauxval(AT_PAGESZ);
   if (page != 0 && page != OS_PAGE) os_fatal("the kernel's page size is not 4 KiB");
   cpu_set_t set;
@@ -284,6 +289,10 @@ bool os_thread_start(void *(*fn)(void *), const char *name) {
   bool ok = os_threads_create(&thread, 1, fn, NULL, true) == 1;
   if (ok) pthread_setname_np(thread, name);
   return ok;
+}
+
+bool os_helpers_welcome(void) {
+  return &__libc_single_threaded && !__libc_single_threaded && (int)getpid() == os_init_pid;
 }
 
 unsigned os_run_parallel(void *(*fn)(void *), void *arg, unsigned helpers) {

@@ -44,6 +44,9 @@ uint64_t os_now_ns(void); /* monotonic, coarse (a few ms) */
 void os_sleep_ms(size_t ms);
 /* A detached thread with every signal blocked (they belong to the program's threads). */
 bool os_thread_start(void *(*fn)(void *), const char *name);
+/* Whether the process may get short-lived helper threads (os_run_parallel): it runs threads
+   of its own already, and it is not a child forked after magpie started. */
+bool os_helpers_welcome(void);
 /* Runs fn(arg) on the calling thread and, at once, on up to `helpers` threads of its own (every
    signal blocked), and returns once all have returned: how many helpers ran (fewer when the
    system refused threads). */
