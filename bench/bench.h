@@ -155,6 +155,28 @@ static inline void bench_check(const void *p, size_t size, uint64_t tag, const c
                (unsigned char)(tag ^ size ^ 0x5a));
 }
 
+/* A block a workload holds: where, how big, and the tag its pattern was written with. */
+typedef struct {
+  void *p;
+  size_t size;
+  uint64_t tag;
+} bench_block_t;
+
+/* Allocates b (size bytes, at least 8) and writes its pattern; dies when malloc fails. */
+static inline void bench_block_new(bench_block_t *b, size_t size, bench_rng_t *r) {
+  b->size = size;
+  b->p = malloc(size);
+  if (b->p == NULL) bench_die("malloc(%zu) returned NULL", size);
+  b->tag = bench_rand(r);
+  bench_fill(b->p, size, b->tag);
+}
+
+/* Checks b's pattern (bench_check, naming where) and frees it. */
+static inline void bench_block_drop(bench_block_t *b, const char *where) {
+  bench_check(b->p, b->size, b->tag, where);
+  free(b->p);
+}
+
 /* ---- RSS over time ---------------------------------------------------------------------- */
 
 static inline void bench_nap(double secs) {

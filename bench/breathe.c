@@ -41,12 +41,6 @@ static const char usage[] =
     "  -w idle seconds (default 5)   -s seed   -m FILE write RSS/live samples as CSV\n";
 
 typedef struct {
-  void *p;
-  size_t size;
-  uint64_t tag;
-} blk_t;
-
-typedef struct {
   long cycles;
   size_t budget; /* the peak live bytes of this worker */
   uint64_t seed;
@@ -57,34 +51,27 @@ typedef struct {
   char pad[BENCH_LINE];
 } worker_t;
 
-static void new_block(blk_t *b, bench_rng_t *r) {
-  b->size = bench_below(r, LARGE_ONE_IN) == 0 ? bench_range(r, LARGE_MIN, LARGE_MAX)
-                                              : bench_logsize(r, SMALL_MIN, SMALL_MAX);
-  b->p = malloc(b->size);
-  if (b->p == NULL) bench_die("malloc(%zu) returned NULL", b->size);
-  b->tag = bench_rand(r);
-  memset(b->p, (int)(b->tag & 0xff), b->size);
-  bench_fill(b->p, b->size, b->tag);
-}
-
-static void drop_block(blk_t *b) {
-  bench_check(b->p, b->size, b->tag, "breathe");
-  free(b->p);
+/* A block of the mix, every byte written. */
+static void new_block(bench_block_t *b, bench_rng_t *r) {
+  size_t size = bench_below(r, LARGE_ONE_IN) == 0 ? bench_range(r, LARGE_MIN, LARGE_MAX)
+                                                  : bench_logsize(r, SMALL_MIN, SMALL_MAX);
+  bench_block_new(b, size, r);
+  if (size > 9) memset((char *)b->p + 8, 0x5a, size - 9); /* between the pattern's ends */
 }
 
 static void *worker(void *arg) {
   worker_t *w = arg;
   bench_rng_t r;
   bench_rng_init(&r, w->seed, 7);
-  size_t cap = 4096, n = 0, live = cap * sizeof(blk_t);
-  blk_t *set = malloc(cap * sizeof(blk_t));
+  size_t cap = 4096, n = 0, live = cap * sizeof(bench_block_t);
+  bench_block_t *set = malloc(cap * sizeof(bench_block_t));
   if (set == NULL) bench_die("out of memory");
   for (long c = 0; c < w->cycles; c++) {
     for (size_t k = 0; live < w->budget; k++) {
       if (n == cap) {
-        live += cap * sizeof(blk_t);
+        live += cap * sizeof(bench_block_t);
         cap *= 2;
-        set = realloc(set, cap * sizeof(blk_t));
+        set = realloc(set, cap * sizeof(bench_block_t));
         if (set == NULL) bench_die("out of memory");
       }
       new_block(&set[n], &r);
@@ -98,23 +85,23 @@ static void *worker(void *arg) {
         set[kept++] = set[i];
       } else {
         live -= set[i].size;
-        drop_block(&set[i]);
+        bench_block_drop(&set[i], "breathe");
       }
       if ((i & 255) == 0) atomic_store_explicit(&w->live, live, memory_order_relaxed);
     }
     n = kept;
-    live -= cap * sizeof(blk_t);
+    live -= cap * sizeof(bench_block_t);
     cap = n > 2048 ? 2 * n : 4096; /* the array shrinks with the heap */
-    set = realloc(set, cap * sizeof(blk_t));
+    set = realloc(set, cap * sizeof(bench_block_t));
     if (set == NULL) bench_die("out of memory");
-    live += cap * sizeof(blk_t);
+    live += cap * sizeof(bench_block_t);
     atomic_store_explicit(&w->live, live, memory_order_relaxed);
   }
   w->done = bench_now();
   atomic_store_explicit(&w->idle, 1, memory_order_release);
   pthread_barrier_wait(w->idle_over);
   for (size_t i = 0; i < n; i++)
-    drop_block(&set[i]);
+    bench_block_drop(&set[i], "breathe");
   free(set);
   return NULL;
 }

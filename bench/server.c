@@ -41,12 +41,6 @@ static const char usage[] =
     "  -m FILE write RSS/live samples as CSV\n";
 
 typedef struct {
-  size_t size;  /* requested bytes */
-  uint64_t tag; /* written into the block, checked before it is freed */
-  void *p;
-} blk_t;
-
-typedef struct {
   long ops;      /* operations in each phase */
   size_t budget; /* live bytes this worker keeps */
   uint64_t seed;
@@ -60,25 +54,12 @@ static pthread_mutex_t idle_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t idle_cond = PTHREAD_COND_INITIALIZER;
 static int idle_over; /* protected by idle_lock */
 
-static void new_block(blk_t *b, bench_rng_t *r, int phase) {
-  b->size = bench_logsize(r, phase_lo[phase], phase_hi[phase]);
-  b->p = malloc(b->size);
-  if (b->p == NULL) bench_die("malloc(%zu) returned NULL", b->size);
-  b->tag = bench_rand(r);
-  bench_fill(b->p, b->size, b->tag);
-}
-
-static void drop_block(blk_t *b) {
-  bench_check(b->p, b->size, b->tag, "server");
-  free(b->p);
-}
-
 static void *worker(void *arg) {
   worker_t *w = arg;
   bench_rng_t r;
   bench_rng_init(&r, w->seed, 5);
   size_t cap = 1024, n = 0, live = 0;
-  blk_t *set = bench_xmalloc(cap * sizeof(*set));
+  bench_block_t *set = bench_xmalloc(cap * sizeof(*set));
   for (int ph = 0; ph < PHASES; ph++) {
     atomic_store_explicit(&w->phase, ph, memory_order_relaxed);
     for (long k = 0; k < w->ops; k++) {
@@ -86,7 +67,7 @@ static void *worker(void *arg) {
       if (n > 0) {
         size_t i = (size_t)bench_below(&r, n);
         live -= set[i].size;
-        drop_block(&set[i]);
+        bench_block_drop(&set[i], "server");
         set[i] = set[--n];
       }
       do {
@@ -95,13 +76,13 @@ static void *worker(void *arg) {
           set = realloc(set, cap * sizeof(*set));
           if (set == NULL) bench_die("out of memory");
         }
-        new_block(&set[n], &r, ph);
+        bench_block_new(&set[n], bench_logsize(&r, phase_lo[ph], phase_hi[ph]), &r);
         live += set[n++].size;
       } while (live < w->budget);
       while (live > w->budget + phase_hi[ph] && n > 1) {
         size_t i = (size_t)bench_below(&r, n);
         live -= set[i].size;
-        drop_block(&set[i]);
+        bench_block_drop(&set[i], "server");
         set[i] = set[--n];
       }
       if ((k & 255) == 0) atomic_store_explicit(&w->live, live, memory_order_relaxed);
@@ -115,7 +96,7 @@ static void *worker(void *arg) {
       set[kept++] = set[i];
     else {
       live -= set[i].size;
-      drop_block(&set[i]);
+      bench_block_drop(&set[i], "server");
     }
   }
   n = kept;
@@ -126,7 +107,7 @@ static void *worker(void *arg) {
     pthread_cond_wait(&idle_cond, &idle_lock);
   pthread_mutex_unlock(&idle_lock);
   for (size_t i = 0; i < n; i++)
-    drop_block(&set[i]);
+    bench_block_drop(&set[i], "server");
   free(set);
   return NULL;
 }

@@ -24,7 +24,7 @@
 
 #include <stdint.h>
 
-#define POPULATE_CHUNK ((size_t)2 << 20)        /* a huge page */
+#define POPULATE_CHUNK ((size_t)2 << 20)       /* a huge page */
 #define POPULATE_PER_THREAD ((size_t)32 << 20) /* less does not pay for starting a thread */
 
 typedef struct {

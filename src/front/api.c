@@ -240,7 +240,9 @@ void api_free_sized(void *p, size_t size, size_t align) {
 }
 
 MAGPIE_EXPORT int magpie_populate(void *p, size_t len) {
-  size_t size = !p ? 0 : debug_on ? debug_usable_size(p) : block_live_size(p, pagemap_get((uintptr_t)p));
+  size_t size = !p         ? 0
+                : debug_on ? debug_usable_size(p)
+                           : block_live_size(p, pagemap_get((uintptr_t)p));
   if (size == 0 || len > size) return EINVAL;
   int error = populate_range(p, len);
   return error == EINVAL ? EOPNOTSUPP : error; /* the kernel has no MADV_POPULATE_WRITE */

@@ -62,7 +62,7 @@ extern const ptrdiff_t __rseq_offset __attribute__((weak));
 static size_t os_mapped;     /* bytes mapped now (atomic) */
 static size_t os_mapped_max; /* high-water mark of os_mapped (atomic) */
 static unsigned os_ncpu = 1; /* set once by os_init */
-static int os_init_pid;       /* the process that ran os_init */
+static int os_init_pid;      /* the process that ran os_init */
 
 static void os_account(ptrdiff_t delta) {
   size_t now = __atomic_add_fetch(&os_mapped, (size_t)delta, __ATOMIC_RELAXED);

@@ -19,7 +19,7 @@ void *os_map_aligned(size_t size, size_t align); /* align: a power of two >= OS_
 void os_unmap(void *p, size_t size);
 /* Resizes a mapping, moving it if it must (page tables move, not bytes); NULL on failure. */
 void *os_remap(void *p, size_t old_size, size_t new_size);
-void os_purge(void *p, size_t size);    /* contents become zero, pages go back to the kernel */
+void os_purge(void *p, size_t size); /* contents become zero, pages go back to the kernel */
 /* Maps the range's pages now (their contents stay): 0, or the errno of MADV_POPULATE_WRITE
    (EINVAL before Linux 5.14, where nothing is done; ENOMEM or EFAULT short of memory). */
 int os_populate(void *p, size_t size);
