@@ -11,7 +11,8 @@
  * can give back. Minutes of such cycles are compressed into seconds. The run:
  *   1. T worker threads each hold a share of the peak (-n MiB in all). A cycle: allocate
  *      (writing every byte) until the share is reached, then end each session but one in
- *      KEEP_ONE_IN at random. -i cycles. The array of blocks counts as live bytes.
+ *      KEEP_ONE_IN at random. -i cycles; the workers start each growth and each shrink
+ *      together, so that the heap as a whole breathes. The array of blocks counts as live.
  *   2. The workers stay alive, idle, while the main thread idles -w seconds (long enough for a
  *      background purge, as magpie's reaper's, to run), then they check and free what is left.
  * The main thread samples RSS and live bytes every SAMPLE_MS throughout.
@@ -44,10 +45,11 @@ typedef struct {
   long cycles;
   size_t budget; /* the peak live bytes of this worker */
   uint64_t seed;
-  pthread_barrier_t *idle_over;
-  _Atomic size_t live; /* written by the worker, read by the sampler */
-  _Atomic int idle;    /* 1 once step 1 is over */
-  double done;         /* bench_now() at the end of step 1; read once idle is 1 */
+  pthread_barrier_t *step;      /* the workers grow together and shrink together */
+  pthread_barrier_t *idle_over; /* the workers and the main thread, at the end of the idle */
+  _Atomic size_t live;          /* written by the worker, read by the sampler */
+  _Atomic int idle;             /* 1 once step 1 is over */
+  double done;                  /* bench_now() at the end of step 1; read once idle is 1 */
   char pad[BENCH_LINE];
 } worker_t;
 
@@ -67,6 +69,7 @@ static void *worker(void *arg) {
   bench_block_t *set = malloc(cap * sizeof(bench_block_t));
   if (set == NULL) bench_die("out of memory");
   for (long c = 0; c < w->cycles; c++) {
+    pthread_barrier_wait(w->step);
     for (size_t k = 0; live < w->budget; k++) {
       if (n == cap) {
         live += cap * sizeof(bench_block_t);
@@ -78,6 +81,7 @@ static void *worker(void *arg) {
       live += set[n++].size;
       if ((k & 255) == 0) atomic_store_explicit(&w->live, live, memory_order_relaxed);
     }
+    pthread_barrier_wait(w->step);
     size_t kept = 0;
     for (size_t i = 0, keep = 0; i < n; i++) {
       if (i % SESSION == 0) keep = bench_below(&r, KEEP_ONE_IN) == 0;
@@ -124,12 +128,14 @@ int main(int argc, char **argv) {
   worker_t *w = calloc((size_t)t, sizeof(*w));
   pthread_t *tids = calloc((size_t)t, sizeof(pthread_t));
   if (w == NULL || tids == NULL) bench_die("out of memory");
-  pthread_barrier_t idle_over;
+  pthread_barrier_t step, idle_over;
+  pthread_barrier_init(&step, NULL, (unsigned)t);
   pthread_barrier_init(&idle_over, NULL, (unsigned)t + 1);
   for (int i = 0; i < t; i++) {
     w[i].cycles = a.iters;
     w[i].budget = ((size_t)a.n << 20) / (size_t)t;
     w[i].seed = a.seed * 1000003u + (uint64_t)i;
+    w[i].step = &step;
     w[i].idle_over = &idle_over;
   }
   bench_series_t samples;
@@ -161,6 +167,7 @@ int main(int argc, char **argv) {
   double idle_ratio = bench_rss_ratio(rss_idle, base, live);
   pthread_barrier_wait(&idle_over);
   bench_join(tids, t);
+  pthread_barrier_destroy(&step);
   pthread_barrier_destroy(&idle_over);
 
   long ns = samples.n;

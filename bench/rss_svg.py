@@ -1,7 +1,8 @@
 """Draws RSS over time from bench/run.py results as an SVG, with the standard library only (run.py
 writes it beside its results, whether or not matplotlib is installed): a panel per row that
 recorded samples (server, breathe, breathe-thp), a line per allocator, and the row's live bytes
-dashed (the workloads are deterministic: every allocator's run has the same live bytes).
+dashed, as magpie's run saw them (the workloads are deterministic: every allocator's run goes
+through the same live bytes, each at its own pace).
 
   rss_svg.py RESULTS.json OUT.svg"""
 
@@ -78,11 +79,11 @@ def panel(row, lines, y0):
         path = " ".join("%.1f,%.1f" % xy(p[0], p[2] / 2**20) for p in s)
         out.append('<polyline points="%s" fill="none" stroke="%s" stroke-width="1.5"%s/>'
                    % (path, colour(alloc), ' stroke-dasharray="%s"' % dash if dash else ""))
-    live = max(lines.values(), key=len)
-    path = " ".join("%.1f,%.1f" % xy(p[0], p[1] / 2**20) for p in live)
+    who = next((a for a in lines if a.startswith("magpie")), max(lines, key=lambda a: len(lines[a])))
+    path = " ".join("%.1f,%.1f" % xy(p[0], p[1] / 2**20) for p in lines[who])
     out.append('<polyline points="%s" fill="none" stroke="#000" stroke-width="1" '
                'stroke-dasharray="4,3"/>' % path)
-    legend.append(("live bytes", "#000", "4,3"))
+    legend.append(("live bytes (%s)" % who, "#000", "4,3"))
     for i, (label, c, dash) in enumerate(legend):
         y = yt + 8 + 16 * i
         out.append('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2"%s/>'
