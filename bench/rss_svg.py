@@ -79,7 +79,8 @@ def panel(row, lines, y0):
         path = " ".join("%.1f,%.1f" % xy(p[0], p[2] / 2**20) for p in s)
         out.append('<polyline points="%s" fill="none" stroke="%s" stroke-width="1.5"%s/>'
                    % (path, colour(alloc), ' stroke-dasharray="%s"' % dash if dash else ""))
-    who = next((a for a in lines if a.startswith("magpie")), max(lines, key=lambda a: len(lines[a])))
+    who = next((a for a in lines if a.startswith("magpie")),
+               max(lines, key=lambda a: len(lines[a])))
     path = " ".join("%.1f,%.1f" % xy(p[0], p[1] / 2**20) for p in lines[who])
     out.append('<polyline points="%s" fill="none" stroke="#000" stroke-width="1" '
                'stroke-dasharray="4,3"/>' % path)
