@@ -108,25 +108,31 @@ void free_slow_kind(void *p, size_t size, size_t align, int kind) {
     free_slow(p);
 }
 
-/* The usable size of a live block magpie handed out that starts at p, 0 if p is none (a
-   sampled block that is not live is reported). */
-static size_t block_live_size(void *p, uintptr_t entry) {
+/* Whether p starts a live block magpie handed out, and its usable size (a sampled block that
+   is not live is reported). */
+static bool block_live(void *p, uintptr_t entry, size_t *size) {
   uintptr_t a = (uintptr_t)p, tag = entry & PM_TAG_MASK;
-  if (tag >= 1 && tag <= SC_COUNT)
-    return sc_is_object_start((unsigned)tag, a) && *(uintptr_t *)p != (a ^ mag_secret)
-               ? sc_info[tag].size
-               : 0;
-  if (tag == PM_TAG_LARGE && (a & (OS_PAGE - 1)) == 0) return large_size(entry);
-  if (tag == PM_TAG_SAMPLE) return sample_size(p, entry);
-  return 0;
+  if (tag >= 1 && tag <= SC_COUNT) {
+    *size = sc_info[tag].size;
+    return sc_is_object_start((unsigned)tag, a) && *(uintptr_t *)p != (a ^ mag_secret);
+  }
+  if (tag == PM_TAG_LARGE && (a & (OS_PAGE - 1)) == 0) {
+    *size = large_size(entry);
+    return true;
+  }
+  if (tag == PM_TAG_SAMPLE) {
+    *size = sample_size(p, entry); /* 0 for malloc(0) */
+    return true;
+  }
+  return false;
 }
 
 /* The usable size of a block magpie handed out; reports anything else. */
 static size_t block_size(void *p, uintptr_t *entry, const char *what) {
   uintptr_t a = (uintptr_t)p, e = pagemap_get(a), tag = e & PM_TAG_MASK;
-  size_t size = block_live_size(p, e);
+  size_t size;
   *entry = e;
-  if (size) return size;
+  if (block_live(p, e, &size)) return size;
   if (tag >= 1 && tag <= SC_COUNT)
     report_heap_error(what, p,
                       sc_is_object_start((unsigned)tag, a)
@@ -240,10 +246,11 @@ void api_free_sized(void *p, size_t size, size_t align) {
 }
 
 MAGPIE_EXPORT int magpie_populate(void *p, size_t len) {
-  size_t size = !p         ? 0
-                : debug_on ? debug_usable_size(p)
-                           : block_live_size(p, pagemap_get((uintptr_t)p));
-  if (size == 0 || len > size) return EINVAL;
+  size_t size = 0;
+  bool live = !p         ? false
+              : debug_on ? (size = debug_usable_size(p)) > 0
+                         : block_live(p, pagemap_get((uintptr_t)p), &size);
+  if (!live || len > size) return EINVAL;
   int error = populate_range(p, len);
   return error == EINVAL ? EOPNOTSUPP : error; /* the kernel has no MADV_POPULATE_WRITE */
 }
