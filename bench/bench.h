@@ -155,6 +155,77 @@ static inline void bench_check(const void *p, size_t size, uint64_t tag, const c
                (unsigned char)(tag ^ size ^ 0x5a));
 }
 
+/* A block a workload holds: where, how big, and the tag its pattern was written with. */
+typedef struct {
+  void *p;
+  size_t size;
+  uint64_t tag;
+} bench_block_t;
+
+/* Allocates b (size bytes, at least 8) and writes its pattern; dies when malloc fails. */
+static inline void bench_block_new(bench_block_t *b, size_t size, bench_rng_t *r) {
+  b->size = size;
+  b->p = malloc(size);
+  if (b->p == NULL) bench_die("malloc(%zu) returned NULL", size);
+  b->tag = bench_rand(r);
+  bench_fill(b->p, size, b->tag);
+}
+
+/* Checks b's pattern (bench_check, naming where) and frees it. */
+static inline void bench_block_drop(bench_block_t *b, const char *where) {
+  bench_check(b->p, b->size, b->tag, where);
+  free(b->p);
+}
+
+/* ---- RSS over time ---------------------------------------------------------------------- */
+
+static inline void bench_nap(double secs) {
+  struct timespec d = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+  nanosleep(&d, NULL);
+}
+
+/* (RSS - RSS at start) over live bytes: what the allocator holds per byte the program uses. */
+static inline double bench_rss_ratio(size_t rss, size_t base, size_t live) {
+  return live == 0 ? 0.0 : (double)(rss > base ? rss - base : 0) / (double)live;
+}
+
+/* Samples of (seconds since start, live bytes, RSS bytes), kept in memory while the run goes
+   (allocated once, before it) and written as CSV when it is over: the file bench/run.py reads
+   for its RSS-over-time chart (-m FILE). */
+#define BENCH_MAX_SAMPLES 100000
+typedef struct {
+  float *v;
+  long n;
+} bench_series_t;
+
+static inline void bench_series_init(bench_series_t *s) {
+  s->v = calloc(BENCH_MAX_SAMPLES * 3, sizeof(float));
+  if (s->v == NULL) bench_die("out of memory");
+  s->n = 0;
+}
+
+/* Appends one sample while there is room. */
+static inline void bench_series_add(bench_series_t *s, double when, size_t live, size_t rss) {
+  if (s->n >= BENCH_MAX_SAMPLES) return;
+  s->v[s->n * 3] = (float)when;
+  s->v[s->n * 3 + 1] = (float)live;
+  s->v[s->n * 3 + 2] = (float)rss;
+  s->n++;
+}
+
+/* Writes the samples to path (nothing when path is NULL) and frees them. */
+static inline void bench_series_finish(bench_series_t *s, const char *path) {
+  if (path != NULL) {
+    FILE *f = fopen(path, "w");
+    if (f == NULL) bench_die("cannot write %s", path);
+    fprintf(f, "seconds,live_bytes,rss_bytes\n");
+    for (long i = 0; i < s->n; i++)
+      fprintf(f, "%.3f,%.0f,%.0f\n", s->v[i * 3], s->v[i * 3 + 1], s->v[i * 3 + 2]);
+    fclose(f);
+  }
+  free(s->v);
+}
+
 /* ---- command line ----------------------------------------------------------------------- */
 
 typedef struct {

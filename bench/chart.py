@@ -17,14 +17,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.ticker import FuncFormatter, LogLocator  # noqa: E402
 
-COLOURS = {"glibc": "#888888", "magpie": "#d62728", "jemalloc": "#1f77b4",
-           "tcmalloc": "#2ca02c", "mimalloc": "#ff7f0e"}
+from rss_svg import COLOURS  # noqa: E402  (bench/, the script's own folder)
+
 
 
 def draw_series(ax, series):
-    """RSS over time of the first row that recorded samples, one line per allocator, and the
+    """RSS over time of the first server row (else the first row) that recorded samples, one
+    line per allocator, and the
     live bytes (the same for every allocator: the workload is deterministic)."""
-    row = sorted(series)[0]
+    row = sorted(series, key=lambda r: (not r.startswith("server"), r))[0]  # breathe: SVG
     live_drawn = False
     for a, pts in series[row].items():
         t = [p[0] for p in pts]

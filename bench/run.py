@@ -15,8 +15,8 @@ slow drifts of a noisy machine spread over all of them. Every child runs under b
 (bench/rusage.c), which reports its wall time, CPU time and peak RSS (ru_maxrss from wait4); the
 workloads also report the time of their measured phase and their own metrics.
 This file uses the standard library only; the chart is drawn by bench/svgchart.py (the demo's,
-and any other where matplotlib is missing) or bench/chart.py where matplotlib
-can be imported.
+and any other where matplotlib is missing) or bench/chart.py where matplotlib can be imported,
+RSS over time (server, breathe) by bench/rss_svg.py as an SVG everywhere.
 """
 
 import argparse
@@ -34,6 +34,8 @@ import sys
 import tempfile
 import threading
 import time
+
+import rss_svg  # bench/: RSS over time as an SVG
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
@@ -163,6 +165,18 @@ def plan(mode, threads=None):
                       ["-t", "2", "-n", "16", "-w", "5"],
                       metric=("idle_ratio", "RSS/live after idle", "lower"),
                       reps=3))  # its timed step is ~70 ms: one run was too noisy to rank
+    # The breathing server without huge pages and with them: magpie's hugepages option, the
+    # peers' THP options; its RSS over time goes to the results' -rss.svg.
+    for suffix, env in (("", {SUBJECT: {"MAGPIE_OPTIONS": "hugepages=never"}}),
+                        ("-thp", dict(THP_ENV, **{SUBJECT: {"MAGPIE_OPTIONS": "hugepages=auto"}}))):
+        w.append(Workload("breathe" + suffix, "breathe",
+                          "heap grows to %s MiB, shrinks to a tenth, %s times; idle 5 s%s"
+                          % ("512" if quick else "1024", "3" if quick else "4",
+                             "; huge pages on" if suffix else ""),
+                          ["-t", "2", "-i", "3" if quick else "4",
+                           "-n", "512" if quick else "1024", "-w", "5"],
+                          metric=("idle_ratio", "RSS/live after idle", "lower"),
+                          reps=1 if quick else 3, series=True, alloc_env=env))
     for t in (256, 1024):
         w.append(Workload("idle-t%d" % t, "idle", "many mostly idle threads, small working sets",
                           ["-t", str(t), "-i", "20", "-n", "64"],
@@ -460,10 +474,12 @@ def finish(o, m, want_result=True):
 # ---- the kinds of workload -------------------------------------------------------------------
 
 class Runner:
-    def __init__(self, args, build, tmpdir):
+    def __init__(self, args, build, tmpdir, variant_env=None):
         self.args = args
         self.build = build
         self.tmp = tmpdir
+        self.variant_env = variant_env or {}  # allocator name -> environment (--magpie-variants)
+        self.extra = {}  # the variant environment of the run in progress
 
     def binary(self, prog):
         for d in (os.path.join(self.build, "bench"), self.build):
@@ -474,7 +490,16 @@ class Runner:
 
     def run(self, w, alloc, preload, timeout):
         fn = getattr(self, "run_" + w.kind)
-        return fn(w, alloc, preload, timeout)
+        self.extra = self.variant_env.get(alloc, {})
+        o = fn(w, alloc, preload, timeout)
+        if self.extra:
+            o.repro = " ".join("%s=%s" % kv for kv in self.extra.items()) + " " + o.repro
+        return o
+
+    def child(self, argv, preload, timeout, extra_env=None, **kw):
+        """run_child for the allocator under test, with the environment of its variant."""
+        env = dict(extra_env or {}, **self.extra)
+        return run_child(argv, preload, timeout, extra_env=env or None, **kw)
 
     def run_c(self, w, alloc, preload, timeout, prog=None):
         prog = prog or w.group
@@ -491,7 +516,7 @@ class Runner:
             fd, series = tempfile.mkstemp(prefix="series-", suffix=".csv", dir=self.tmp)
             os.close(fd)
             argv = argv + ["-m", series]
-        finish(o, run_child(argv, preload, timeout, extra_env=env, tmp=self.tmp))
+        finish(o, self.child(argv, preload, timeout, extra_env=env, tmp=self.tmp))
         if series:
             try:
                 with open(series) as f:
@@ -512,7 +537,7 @@ class Runner:
         extra = {"PYTHONMALLOC": "malloc", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
         o = Outcome()
         o.repro = repro_line(preload, argv, extra)
-        finish(o, run_child(argv, preload, timeout, extra_env=extra, tmp=self.tmp))
+        finish(o, self.child(argv, preload, timeout, extra_env=extra, tmp=self.tmp))
         if o.ok:
             o.fingerprint = o.result.get("checksum")
             o.result = {k: v for k, v in o.result.items() if k != "time"}
@@ -530,7 +555,7 @@ class Runner:
         argv = ["/usr/bin/sqlite3", "-bail", ":memory:"]
         o = Outcome()
         o.repro = repro_line(preload, argv, stdin_path=script)
-        m = run_child(argv, preload, timeout, stdin_path=script, tmp=self.tmp)
+        m = self.child(argv, preload, timeout, stdin_path=script, tmp=self.tmp)
         finish(o, m, want_result=False)
         if o.ok:
             if m.err.strip():
@@ -546,7 +571,7 @@ class Runner:
                 "main.cc", "graph.cc", "text.cc", "matrix.cc"]
         o = Outcome()
         o.repro = repro_line(preload, argv, cwd=cxx)
-        finish(o, run_child(argv, preload, timeout, cwd=cxx, tmp=self.tmp), want_result=False)
+        finish(o, self.child(argv, preload, timeout, cwd=cxx, tmp=self.tmp), want_result=False)
         if o.ok:
             # The program it built must work: run it (on the system allocator) and compare.
             m = run_child([exe], None, 30, tmp=self.tmp)
@@ -579,7 +604,7 @@ class Runner:
                       "-n", n, "-c", "20", "-r", "100000", "-d", "200", "--csv",
                       "-t", "set,get,incr,lpush,rpop,sadd,hset,lrange_100,mset"]
         o.repro = repro_line(srv_preload, srv_argv) + " &  " + shell_quote(bench_argv)
-        srv = Child(srv_argv, srv_preload, tmp=self.tmp)
+        srv = Child(srv_argv, srv_preload, extra_env=self.extra or None, tmp=self.tmp)
         stopped = None
         try:
             if not wait_redis(port, srv.p, 15):
@@ -819,6 +844,36 @@ def build_table(rows, allocs, stats, key, fmt, which="median"):
         geo.append(fmt_ratio(geomean(ratios_g[SUBJECT])))
         if peers:
             geo.append(fmt_ratio(geomean(ratios_p)))
+    return header, body, geo
+
+
+def variant_table(rows, variants, stats):
+    """--magpie-variants: time and peak RSS of each row under each variant, and the ratio of the
+    first variant to the second (above 1: the first costs more). Returns (header, body, geomean
+    row)."""
+    a, b = variants[0], variants[1] if len(variants) > 1 else variants[0]
+    short = [v[v.index("[") + 1:-1] for v in variants]
+    header = ["workload"]
+    for key in ("time", "peak RSS"):
+        header += ["%s %s" % (key, v) for v in short] + ["%s/%s" % (short[0], short[-1] if
+                                                                      len(short) > 1 else "")]
+    body, ratios = [], {"time": [], "rss_kib": []}
+    for w in rows:
+        if not any((w.name, v) in stats for v in variants):
+            continue
+        cells = [w.name]
+        for key, fmt in (("time", fmt_time), ("rss_kib", fmt_mib)):
+            vals = [med(stats, w.name, v, key) for v in variants]
+            cells += [fmt(x) for x in vals]
+            va, vb = med(stats, w.name, a, key), med(stats, w.name, b, key)
+            r = va / vb if va and vb else None
+            if r:
+                ratios[key].append(r)
+            cells.append(fmt_ratio(r))
+        body.append(cells)
+    geo = ["geomean"]
+    for key in ("time", "rss_kib"):
+        geo += [""] * len(variants) + [fmt_ratio(geomean(ratios[key]))]
     return header, body, geo
 
 
@@ -1088,6 +1143,11 @@ def main():
     default_build = os.path.join(ROOT, os.environ.get("BUILD") or "build")
     ap.add_argument("--build", default=default_build,
                     help="build directory holding bench/bench_* (default $BUILD or build)")
+    ap.add_argument("--magpie-variants", metavar="SETS",
+                    help="run magpie once per MAGPIE_OPTIONS set (comma-separated sets, '+' "
+                         "between the options of one: hugepages=auto+retain=0), as allocators "
+                         "magpie[SET], alternating with the others, and add a table of time and "
+                         "peak RSS per set with the ratio of the first to the second")
     ap.add_argument("--reps", type=int, help="repetitions (default: the mode's)")
     ap.add_argument("--out", help="directory for the results files (default bench/results; "
                                   "for --demo BUILD/results, out of git's sight)")
@@ -1131,6 +1191,18 @@ def main():
         allocs = [(n, p, args.magpie_version if n == "magpie" else v) for n, p, v in allocs]
     for name, why in missing:
         print("run.py: SKIPPING %s: %s" % (name, why))
+    variant_env = {}
+    if args.magpie_variants:
+        sets = [v for v in args.magpie_variants.split(",") if v]
+        subject = [x for x in allocs if x[0] == SUBJECT]
+        if not sets or not subject:
+            print("run.py: --magpie-variants needs option sets and magpie among the allocators")
+            return 2
+        at = allocs.index(subject[0])
+        variants = [("%s[%s]" % (SUBJECT, v), subject[0][1], subject[0][2]) for v in sets]
+        allocs[at:at + 1] = variants
+        variant_env = {n: {"MAGPIE_OPTIONS": n[len(SUBJECT) + 1:-1].replace("+", ",")}
+                       for n, _, _ in variants}
     if not allocs:
         print("run.py: no allocator to run")
         return 1
@@ -1158,7 +1230,7 @@ def main():
     timeout = MODES[mode]["timeout"]
 
     build = os.path.abspath(args.build)
-    runner = Runner(args, build, None)
+    runner = Runner(args, build, None, variant_env)
     global HELPER
     HELPER = runner.binary("rusage")
     if HELPER is None and not args.dry_run:
@@ -1167,7 +1239,8 @@ def main():
         machine["rss_note"] = "measured without bench_rusage: peak RSS has a floor of the " \
                               "runner's own RSS"
     # Rows that will run at all (objcache only with magpie), and their binaries.
-    rows = [w for w in rows if not w.only or set(w.only) & set(names)]
+    bases = {n.split("[")[0]: n for n in names}  # a variant runs the rows of its allocator
+    rows = [w for w in rows if not w.only or set(w.only) & set(bases)]
     progs = {w.group if w.kind == "c" else "objcache" for w in rows if w.kind in ("c", "objcache")}
     unbuilt = sorted(p for p in progs if runner.binary(p) is None)
     if unbuilt and not args.dry_run:
@@ -1183,7 +1256,7 @@ def main():
             if w.reps is not None and rep >= w.reps:
                 continue
             for name, preload, _ in allocs:
-                if w.only and name not in w.only:
+                if w.only and name.split("[")[0] not in w.only:
                     continue
                 plan_runs.append((rep, w, name, preload))
     print("run.py --%s: %d workloads x %d allocators (%s), %d repetitions: %d runs" %
@@ -1191,7 +1264,8 @@ def main():
     if args.dry_run:
         for rep, w, name, preload in plan_runs:
             if rep == 0:
-                env = " ".join("%s=%s" % kv for kv in w.alloc_env.get(name, {}).items())
+                env = " ".join("%s=%s" % kv for kv in
+                               dict(w.alloc_env.get(name, {}), **variant_env.get(name, {})).items())
                 print("  %-14s %-9s %s" % (w.name, name, (env + " " if env else "") +
                                             (" ".join(w.argv) or w.kind)))
         return 0
@@ -1223,6 +1297,7 @@ def main():
     rt = build_table(rows, names, stats, "rss_kib", fmt_mib)
     tmin = build_table(rows, names, stats, "time", fmt_time, "min")
     mt = metric_table(rows, names, stats)
+    vt = variant_table(rows, list(variant_env), stats) if variant_env else None
     failures = [(w.name, a, o) for w in rows for a in names for o in runs.get((w.name, a), [])
                 if not o.ok]
 
@@ -1239,6 +1314,10 @@ def main():
             print()
             print("Workload metrics, median")
             print(text_table(*mt))
+        if vt:
+            print()
+            print("magpie's variants, median (ratio: first over second; lower is better)")
+            print(text_table(*vt))
     if failures:
         print()
         print("Failures (%d):" % len(failures))
@@ -1275,6 +1354,9 @@ def main():
         f.write(md_table(*rt) + "\n")
         if mt[1]:
             f.write("\n## Workload metrics (median)\n\n" + md_table(*mt) + "\n")
+        if vt:
+            f.write("\n## magpie's variants (median; ratio: first over second)\n\n" +
+                    md_table(*vt) + "\n")
         f.write("\n## Workloads\n\n")
         for w in rows:
             f.write("- **%s**: %s. `%s`\n" % (w.name, w.desc, " ".join(w.argv) or w.kind))
@@ -1306,6 +1388,8 @@ def main():
     with open(base + ".json", "w") as f:
         json.dump(data, f, indent=1)
     print("wrote %s.md and .json" % os.path.relpath(base))
+    if rss_svg.write_svg(data, base + "-rss.svg"):
+        print("wrote %s-rss.svg" % os.path.relpath(base))
     chart(base, mode)
     return 1 if failures else 0
 

@@ -29,7 +29,6 @@
 #define PHASES 5
 #define SAMPLE_MS 50
 #define KEEP_ONE_IN 10 /* blocks kept through the idle period: one in this many */
-#define MAX_SAMPLES 100000
 
 /* Size range of each phase: small, medium, large, mixed, small again. */
 static const size_t phase_lo[PHASES] = {16, 256, 8192, 16, 16};
@@ -40,12 +39,6 @@ static const char usage[] =
     "  -t threads (default 2)   -i total operations (default 4000000)\n"
     "  -n live MiB (default 64)   -w idle seconds (default 5)   -s seed\n"
     "  -m FILE write RSS/live samples as CSV\n";
-
-typedef struct {
-  size_t size;  /* requested bytes */
-  uint64_t tag; /* written into the block, checked before it is freed */
-  void *p;
-} blk_t;
 
 typedef struct {
   long ops;      /* operations in each phase */
@@ -61,25 +54,12 @@ static pthread_mutex_t idle_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t idle_cond = PTHREAD_COND_INITIALIZER;
 static int idle_over; /* protected by idle_lock */
 
-static void new_block(blk_t *b, bench_rng_t *r, int phase) {
-  b->size = bench_logsize(r, phase_lo[phase], phase_hi[phase]);
-  b->p = malloc(b->size);
-  if (b->p == NULL) bench_die("malloc(%zu) returned NULL", b->size);
-  b->tag = bench_rand(r);
-  bench_fill(b->p, b->size, b->tag);
-}
-
-static void drop_block(blk_t *b) {
-  bench_check(b->p, b->size, b->tag, "server");
-  free(b->p);
-}
-
 static void *worker(void *arg) {
   worker_t *w = arg;
   bench_rng_t r;
   bench_rng_init(&r, w->seed, 5);
   size_t cap = 1024, n = 0, live = 0;
-  blk_t *set = bench_xmalloc(cap * sizeof(*set));
+  bench_block_t *set = bench_xmalloc(cap * sizeof(*set));
   for (int ph = 0; ph < PHASES; ph++) {
     atomic_store_explicit(&w->phase, ph, memory_order_relaxed);
     for (long k = 0; k < w->ops; k++) {
@@ -87,7 +67,7 @@ static void *worker(void *arg) {
       if (n > 0) {
         size_t i = (size_t)bench_below(&r, n);
         live -= set[i].size;
-        drop_block(&set[i]);
+        bench_block_drop(&set[i], "server");
         set[i] = set[--n];
       }
       do {
@@ -96,13 +76,13 @@ static void *worker(void *arg) {
           set = realloc(set, cap * sizeof(*set));
           if (set == NULL) bench_die("out of memory");
         }
-        new_block(&set[n], &r, ph);
+        bench_block_new(&set[n], bench_logsize(&r, phase_lo[ph], phase_hi[ph]), &r);
         live += set[n++].size;
       } while (live < w->budget);
       while (live > w->budget + phase_hi[ph] && n > 1) {
         size_t i = (size_t)bench_below(&r, n);
         live -= set[i].size;
-        drop_block(&set[i]);
+        bench_block_drop(&set[i], "server");
         set[i] = set[--n];
       }
       if ((k & 255) == 0) atomic_store_explicit(&w->live, live, memory_order_relaxed);
@@ -116,7 +96,7 @@ static void *worker(void *arg) {
       set[kept++] = set[i];
     else {
       live -= set[i].size;
-      drop_block(&set[i]);
+      bench_block_drop(&set[i], "server");
     }
   }
   n = kept;
@@ -127,7 +107,7 @@ static void *worker(void *arg) {
     pthread_cond_wait(&idle_cond, &idle_lock);
   pthread_mutex_unlock(&idle_lock);
   for (size_t i = 0; i < n; i++)
-    drop_block(&set[i]);
+    bench_block_drop(&set[i], "server");
   free(set);
   return NULL;
 }
@@ -145,24 +125,6 @@ static int all_idle(worker_t *w, int t) {
   return 1;
 }
 
-static void nap(double secs) {
-  struct timespec d = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
-  nanosleep(&d, NULL);
-}
-
-/* Appends one sample (seconds since start, live bytes, RSS bytes) while there is room. */
-static void record(float *samples, long *ns, double when, size_t live, size_t rss) {
-  if (*ns >= MAX_SAMPLES) return;
-  samples[*ns * 3] = (float)when;
-  samples[*ns * 3 + 1] = (float)live;
-  samples[*ns * 3 + 2] = (float)rss;
-  (*ns)++;
-}
-
-static double ratio(size_t rss, size_t base, size_t live) {
-  return live == 0 ? 0.0 : (double)(rss > base ? rss - base : 0) / (double)live;
-}
-
 int main(int argc, char **argv) {
   bench_args_t a = {.threads = 2, .iters = 4000000, .seed = 1, .n = 64, .wait = 5.0};
   bench_parse(argc, argv, &a, usage);
@@ -170,8 +132,9 @@ int main(int argc, char **argv) {
   if (a.n < 1) bench_die("-n must be >= 1");
   worker_t *w = calloc((size_t)t, sizeof(*w));
   pthread_t *tids = calloc((size_t)t, sizeof(pthread_t));
-  float *samples = calloc(MAX_SAMPLES * 3, sizeof(float));
-  if (w == NULL || tids == NULL || samples == NULL) bench_die("out of memory");
+  if (w == NULL || tids == NULL) bench_die("out of memory");
+  bench_series_t samples;
+  bench_series_init(&samples);
   for (int i = 0; i < t; i++) {
     w[i].ops = a.iters / t / PHASES;
     w[i].budget = (size_t)a.n * 1024 * 1024 / (size_t)t;
@@ -182,14 +145,14 @@ int main(int argc, char **argv) {
   double t0 = bench_now();
   bench_spawn(tids, t, worker, w, sizeof(*w), NULL, 0);
   double peak = 0, sum = 0;
-  long ns = 0, nsteady = 0;
+  long nsteady = 0;
   while (!all_idle(w, t)) {
-    nap(SAMPLE_MS * 1e-3);
+    bench_nap(SAMPLE_MS * 1e-3);
     size_t live = total_live(w, t), rss = bench_rss();
-    record(samples, &ns, bench_now() - t0, live, rss);
+    bench_series_add(&samples, bench_now() - t0, live, rss);
     /* Ratios count once the live set is built (half the budget reached) and before step 2. */
     if (live >= (size_t)a.n * 1024 * 1024 / 2 && !all_idle(w, t)) {
-      double q = ratio(rss, base, live);
+      double q = bench_rss_ratio(rss, base, live);
       if (q > peak) peak = q;
       sum += q;
       nsteady++;
@@ -199,16 +162,16 @@ int main(int argc, char **argv) {
   for (int i = 0; i < t; i++)
     secs = w[i].done - t0 > secs ? w[i].done - t0 : secs;
   size_t live_kept = total_live(w, t);
-  double after_free = ratio(bench_rss(), base, live_kept);
+  double after_free = bench_rss_ratio(bench_rss(), base, live_kept);
 
   /* Step 3: idle, still sampling (the samples show whether and when RSS comes down). */
   double idle_end = bench_now() + a.wait;
   for (double left; (left = idle_end - bench_now()) > 0;) {
-    nap(left < SAMPLE_MS * 1e-3 ? left : SAMPLE_MS * 1e-3);
-    record(samples, &ns, bench_now() - t0, live_kept, bench_rss());
+    bench_nap(left < SAMPLE_MS * 1e-3 ? left : SAMPLE_MS * 1e-3);
+    bench_series_add(&samples, bench_now() - t0, live_kept, bench_rss());
   }
   size_t rss_idle = bench_rss();
-  double idle_ratio = ratio(rss_idle, base, live_kept);
+  double idle_ratio = bench_rss_ratio(rss_idle, base, live_kept);
 
   pthread_mutex_lock(&idle_lock);
   idle_over = 1;
@@ -216,20 +179,13 @@ int main(int argc, char **argv) {
   pthread_mutex_unlock(&idle_lock);
   bench_join(tids, t);
 
-  if (a.mode != NULL) {
-    FILE *f = fopen(a.mode, "w");
-    if (f == NULL) bench_die("cannot write %s", a.mode);
-    fprintf(f, "seconds,live_bytes,rss_bytes\n");
-    for (long i = 0; i < ns; i++)
-      fprintf(f, "%.3f,%.0f,%.0f\n", samples[i * 3], samples[i * 3 + 1], samples[i * 3 + 2]);
-    fclose(f);
-  }
+  long ns = samples.n;
+  bench_series_finish(&samples, a.mode);
   printf("RESULT server time=%.4f threads=%d live_mib=%ld peak_ratio=%.3f mean_ratio=%.3f "
          "after_free=%.3f idle_ratio=%.3f live_kept_kib=%zu rss_idle_kib=%zu samples=%ld\n",
          secs, t, a.n, peak, nsteady ? sum / (double)nsteady : 0.0, after_free, idle_ratio,
          live_kept / 1024, rss_idle / 1024, ns);
   free(w);
   free(tids);
-  free(samples);
   return 0;
 }

@@ -25,6 +25,13 @@ int magpie_posix_memalign(void **out, size_t alignment, size_t size);
 size_t magpie_usable_size(void *ptr);
 /* Releases every free page magpie holds back to the operating system; returns bytes released. */
 size_t magpie_trim(void);
+/* Maps the pages of [ptr, ptr + len) now, their contents kept, so that the program's first
+   touches cost no page faults; a range of tens of MiB or more is mapped by several threads at
+   once. ptr must be the start of a live block magpie handed out and len at most its usable
+   size. Returns 0, EINVAL for any other ptr or len (in MAGPIE_DEBUG mode a pointer that is no
+   live block is also reported, as free reports it), EOPNOTSUPP where the kernel cannot populate
+   (before Linux 5.14), or ENOMEM / EFAULT when memory ran short (some pages may be mapped). */
+int magpie_populate(void *ptr, size_t len);
 
 /*
  * Object caches. A cache hands out objects of one size and alignment. The constructor runs when

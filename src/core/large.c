@@ -13,8 +13,8 @@
  *   3. calloc skips the memset when the arena says the pages are clean (never written since
  *      the kernel zeroed them, or purged since). Touching such pages costs a fault each, two
  *      when the program reads a page before writing it (the zero page, then a copy); blocks up
- *      to `calloc_populate` bytes have them all mapped by one call instead, bigger ones stay
- *      lazy, since a program may calloc a big table and use little of it.
+ *      to `calloc_populate` bytes have them all mapped at once instead (populate.c), bigger ones
+ *      stay lazy, since a program may calloc a big table and use little of it.
  *   4. realloc grows or shrinks in place when the arena can (vmem_resize); a block with a span
  *      of its own is remapped, so growing a many-MiB vector copies no bytes.
  */
@@ -22,6 +22,7 @@
 #include "mag.h"
 #include "options.h"
 #include "pagemap.h"
+#include "populate.h"
 #include "slab.h"
 
 #include <errno.h>
@@ -81,7 +82,7 @@ void *large_alloc(size_t size, size_t align, bool zero) {
   if (zero && !clean)
     memset(p, 0, size);
   else if (zero && bytes <= opt.calloc_populate)
-    os_populate(p, bytes); /* one call maps every page: a fault per page costs more */
+    populate_range(p, bytes); /* maps every page at once: a fault per page costs more */
   large_account(bytes, 1);
   mag_large_count(size, 1);
   return p;

@@ -24,6 +24,7 @@
 #include "fastpath.h"
 #include "large.h"
 #include "options.h"
+#include "populate.h"
 #include "report.h"
 #include "sample.h"
 #include "stats.h"
@@ -107,18 +108,36 @@ void free_slow_kind(void *p, size_t size, size_t align, int kind) {
     free_slow(p);
 }
 
+/* Whether p starts a live block magpie handed out, and its usable size (a sampled block that
+   is not live is reported). */
+static bool block_live(void *p, uintptr_t entry, size_t *size) {
+  uintptr_t a = (uintptr_t)p, tag = entry & PM_TAG_MASK;
+  if (tag >= 1 && tag <= SC_COUNT) {
+    *size = sc_info[tag].size;
+    return sc_is_object_start((unsigned)tag, a) && *(uintptr_t *)p != (a ^ mag_secret);
+  }
+  if (tag == PM_TAG_LARGE && (a & (OS_PAGE - 1)) == 0) {
+    *size = large_size(entry);
+    return true;
+  }
+  if (tag == PM_TAG_SAMPLE) {
+    *size = sample_size(p, entry); /* 0 for malloc(0) */
+    return true;
+  }
+  return false;
+}
+
 /* The usable size of a block magpie handed out; reports anything else. */
 static size_t block_size(void *p, uintptr_t *entry, const char *what) {
   uintptr_t a = (uintptr_t)p, e = pagemap_get(a), tag = e & PM_TAG_MASK;
+  size_t size;
   *entry = e;
-  if (tag >= 1 && tag <= SC_COUNT) {
-    if (!sc_is_object_start((unsigned)tag, a))
-      report_heap_error(what, p, "interior pointer, not the start of a block");
-    if (*(uintptr_t *)p == (a ^ mag_secret)) report_heap_error(what, p, "block already freed");
-    return sc_info[tag].size;
-  }
-  if (tag == PM_TAG_LARGE && (a & (OS_PAGE - 1)) == 0) return large_size(e);
-  if (tag == PM_TAG_SAMPLE) return sample_size(p, e);
+  if (block_live(p, e, &size)) return size;
+  if (tag >= 1 && tag <= SC_COUNT)
+    report_heap_error(what, p,
+                      sc_is_object_start((unsigned)tag, a)
+                          ? "block already freed"
+                          : "interior pointer, not the start of a block");
   bad_pointer(what, p, e);
 }
 
@@ -224,6 +243,16 @@ MAGPIE_EXPORT size_t magpie_usable_size(void *p) {
 
 void api_free_sized(void *p, size_t size, size_t align) {
   if (!fast_free_try(p)) free_slow_kind(p, size, align, DEBUG_MALLOC); /* debug mode checks */
+}
+
+MAGPIE_EXPORT int magpie_populate(void *p, size_t len) {
+  size_t size = 0;
+  bool live = !p         ? false
+              : debug_on ? (size = debug_usable_size(p)) > 0
+                         : block_live(p, pagemap_get((uintptr_t)p), &size);
+  if (!live || len > size) return EINVAL;
+  int error = populate_range(p, len);
+  return error == EINVAL ? EOPNOTSUPP : error; /* the kernel has no MADV_POPULATE_WRITE */
 }
 
 MAGPIE_EXPORT size_t magpie_trim(void) {

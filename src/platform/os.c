@@ -12,7 +12,12 @@
  *      registered an rseq area (__rseq_size; magpie never registers a second one). The
  *      possible CPU ids (what the kernel may write into an rseq area) come from sysfs.
  *   3. Accounting: os_mapped_bytes is what magpie holds from the kernel, metadata included.
- *   4. Futexes back lock.c's sleeping path; os_thread_start makes magpie's own threads.
+ *   4. Futexes back lock.c's sleeping path; os_thread_start makes magpie's own threads, and
+ *      os_run_parallel its short-lived helpers, joined before it returns with cancellation
+ *      off (pthread_join is a cancellation point; malloc and calloc are not). Helpers go only
+ *      to a process that runs threads already: a single-threaded one would stay marked as
+ *      multithreaded by glibc (its single-thread fast paths lost, unshare(CLONE_NEWUSER)
+ *      refused), and a forked child may only make async-signal-safe calls until it execs.
  *   5. os_fence_rseq (membarrier) restarts every restartable sequence in flight on one CPU and
  *      orders memory with it: after it, a sequence there sees what the caller stored before.
  *      os_fence_threads is the same barrier on every CPU that runs one of the process's
@@ -52,7 +57,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define OS_THREAD_STACK ((size_t)64 << 10) /* magpie's own threads only reap */
+#define OS_THREAD_STACK ((size_t)64 << 10) /* magpie's own threads only reap or populate */
 
 extern const unsigned int __rseq_size __attribute__((weak));
 extern char __libc_single_threaded __attribute__((weak)); /* glibc 2.32 and later */
@@ -63,6 +68,7 @@ extern const ptrdiff_t __rseq_offset __attribute__((weak));
 static size_t os_mapped;     /* bytes mapped now (atomic) */
 static size_t os_mapped_max; /* high-water mark of os_mapped (atomic) */
 static unsigned os_ncpu = 1; /* set once by os_init */
+static int os_init_pid;      /* the process that ran os_init */
 
 static void os_account(ptrdiff_t delta) {
   size_t now = __atomic_add_fetch(&os_mapped, (size_t)delta, __ATOMIC_RELAXED);
@@ -116,8 +122,8 @@ void os_purge(void *p, size_t size) {
   madvise(p, size, MADV_DONTNEED);
 }
 
-void os_populate(void *p, size_t size) {
-  madvise(p, size, MADV_POPULATE_WRITE); /* Linux 5.14; before, or short of memory: lazy */
+int os_populate(void *p, size_t size) {
+  return madvise(p, size, MADV_POPULATE_WRITE) == 0 ? 0 : errno; /* Linux 5.14 */
 }
 
 bool os_protect(void *p, size_t size, bool accessible) {
@@ -204,6 +210,7 @@ static unsigned os_cgroup_cpus(void) {
 }
 
 void os_init(void) {
+  os_init_pid = (int)getpid();
   unsigned long page = getauxval(AT_PAGESZ);
   if (page != 0 && page != OS_PAGE) os_fatal("the kernel's page size is not 4 KiB");
   cpu_set_t set;
@@ -272,20 +279,47 @@ void os_sleep_ms(size_t ms) {
   }
 }
 
-bool os_thread_start(void *(*fn)(void *), const char *name) {
+/* Starts up to n threads running fn(arg), every signal blocked in them (they belong to the
+   program's threads), detached or joinable; returns how many started, their ids in ids. */
+static unsigned os_threads_create(pthread_t *ids, unsigned n, void *(*fn)(void *), void *arg,
+                                  bool detached) {
   sigset_t all, old;
   sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old); /* the new thread inherits this mask */
+  pthread_sigmask(SIG_SETMASK, &all, &old); /* a new thread inherits this mask */
   pthread_attr_t attr;
-  pthread_t thread;
   pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setdetachstate(&attr, detached ? PTHREAD_CREATE_DETACHED : PTHREAD_CREATE_JOINABLE);
   pthread_attr_setstacksize(&attr, OS_THREAD_STACK);
-  bool ok = pthread_create(&thread, &attr, fn, NULL) == 0;
-  if (ok) pthread_setname_np(thread, name);
+  unsigned started = 0;
+  while (started < n && pthread_create(&ids[started], &attr, fn, arg) == 0)
+    started++;
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return started;
+}
+
+bool os_thread_start(void *(*fn)(void *), const char *name) {
+  pthread_t thread;
+  bool ok = os_threads_create(&thread, 1, fn, NULL, true) == 1;
+  if (ok) pthread_setname_np(thread, name);
   return ok;
+}
+
+bool os_helpers_welcome(void) {
+  return &__libc_single_threaded && !__libc_single_threaded && (int)getpid() == os_init_pid;
+}
+
+unsigned os_run_parallel(void *(*fn)(void *), void *arg, unsigned helpers) {
+  pthread_t ids[OS_PARALLEL_MAX];
+  unsigned started =
+      os_threads_create(ids, helpers < OS_PARALLEL_MAX ? helpers : OS_PARALLEL_MAX, fn, arg, false);
+  fn(arg);
+  int cancel;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+  for (unsigned i = 0; i < started; i++)
+    pthread_join(ids[i], NULL);
+  pthread_setcancelstate(cancel, NULL);
+  return started;
 }
 
 void os_futex_wait(uint32_t *word, uint32_t expected) {

@@ -19,8 +19,10 @@ void *os_map_aligned(size_t size, size_t align); /* align: a power of two >= OS_
 void os_unmap(void *p, size_t size);
 /* Resizes a mapping, moving it if it must (page tables move, not bytes); NULL on failure. */
 void *os_remap(void *p, size_t old_size, size_t new_size);
-void os_purge(void *p, size_t size);    /* contents become zero, pages go back to the kernel */
-void os_populate(void *p, size_t size); /* maps zeroed pages now; may do nothing */
+void os_purge(void *p, size_t size); /* contents become zero, pages go back to the kernel */
+/* Maps the range's pages now (their contents stay): 0, or the errno of MADV_POPULATE_WRITE
+   (EINVAL before Linux 5.14, where nothing is done; ENOMEM or EFAULT short of memory). */
+int os_populate(void *p, size_t size);
 /* Makes pages readable and writable, or inaccessible (guard pages); false on failure. */
 bool os_protect(void *p, size_t size, bool accessible);
 size_t os_mapped_bytes(void);
@@ -42,6 +44,14 @@ uint64_t os_now_ns(void); /* monotonic, coarse (a few ms) */
 void os_sleep_ms(size_t ms);
 /* A detached thread with every signal blocked (they belong to the program's threads). */
 bool os_thread_start(void *(*fn)(void *), const char *name);
+/* Whether the process may get short-lived helper threads (os_run_parallel): it runs threads
+   of its own already, and it is not a child forked after magpie started. */
+bool os_helpers_welcome(void);
+/* Runs fn(arg) on the calling thread and, at once, on up to `helpers` threads of its own (every
+   signal blocked), and returns once all have returned: how many helpers ran (fewer when the
+   system refused threads). */
+#define OS_PARALLEL_MAX 64u /* helpers at most */
+unsigned os_run_parallel(void *(*fn)(void *), void *arg, unsigned helpers);
 void os_futex_wait(uint32_t *word, uint32_t expected);
 void os_futex_wake(uint32_t *word, int count);
 /* Fork's prepare handler: takes stdio's list lock where glibc's fork will take it too (a
