@@ -2,7 +2,8 @@
  * slab: spans cut into equal objects, one cache's objects per slab.
  *
  * Theory
- *   1. A slab is a span of cp->span bytes from the heap arena, aligned to its size, with an
+ *   1. A slab is a span of cp->span bytes from the slab arena (hugepage.c: whole huge pages
+ *      packed with slabs), aligned to its size, with an
  *      out-of-band descriptor (from a metadata pool): user data never neighbours metadata.
  *      Every page of the span maps to the descriptor in the page map, tagged with the cache's
  *      size class, so free() finds an object's class in two loads.
@@ -24,9 +25,11 @@
  *   5. A slab whose objects have all come back is freed at once: the span goes to the arena,
  *      which decides when pages go back to the kernel. Partial slabs are served first-listed
  *      first, so the slabs that fill last are the ones that empty.
- *   Lock order: fork.c's list (slab_lock, then the heap arena's lock, then metadata pools).
+ *   Lock order: fork.c's list (slab_lock, then the slab and heap arenas' locks, then metadata
+ *   pools).
  */
 #include "slab.h"
+#include "hugepage.h"
 #include "meta.h"
 #include "pagemap.h"
 #include "report.h"
@@ -76,7 +79,7 @@ static void slab_unlist(cache_t *cp, slab_t *s) {
 
 static slab_t *slab_create(cache_t *cp) {
   bool clean;
-  void *span = vmem_alloc(&heap_arena, cp->span, cp->span, 0, &clean);
+  void *span = vmem_alloc(&slab_arena, cp->span, cp->span, 0, &clean);
   if (!span) return NULL;
   slab_t *s = meta_alloc(slab_pool(cp));
   if (s) { /* fields first: the page-map entry publishes the slab */
@@ -85,7 +88,7 @@ static slab_t *slab_create(cache_t *cp) {
   }
   if (!s || !pagemap_set((uintptr_t)span, cp->span, (uintptr_t)s | cp->tag)) {
     if (s) meta_free(slab_pool(cp), s);
-    vmem_free(&heap_arena, span, cp->span);
+    vmem_free(&slab_arena, span, cp->span);
     return NULL;
   }
   cp->slabs++;
@@ -96,7 +99,7 @@ static slab_t *slab_create(cache_t *cp) {
 static void slab_destroy(cache_t *cp, slab_t *s) {
   if (s->listed) slab_unlist(cp, s);
   pagemap_set(s->base, cp->span, 0);
-  vmem_free(&heap_arena, (void *)s->base, cp->span);
+  vmem_free(&slab_arena, (void *)s->base, cp->span);
   meta_free(slab_pool(cp), s);
   cp->slabs--;
 }

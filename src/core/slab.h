@@ -20,7 +20,7 @@ struct slab {
   uint64_t map[];  /* bit i set: object i (< carved) came back and is free */
 };
 
-extern vmem_t heap_arena; /* where spans and large blocks come from */
+extern vmem_t heap_arena; /* where large blocks and the slab arena's huge pages come from */
 
 /* Hands out up to n constructed objects; returns how many (0: out of memory or ctor failed).
    run: never-used objects in address order where the first partial slab has n of them. */

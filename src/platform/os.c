@@ -102,6 +102,32 @@ void os_purge(void *p, size_t size) {
   madvise(p, size, MADV_DONTNEED);
 }
 
+void os_advise_huge(void *p, size_t size, bool huge) {
+  madvise(p, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+}
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1 */
+#endif
+
+bool os_collapse(void *p, size_t size) {
+  return madvise(p, size, MADV_COLLAPSE) == 0;
+}
+
+void *os_map_hugetlb(size_t size, size_t align) {
+  if (align < OS_HUGE) align = OS_HUGE;
+  size_t extra = align - OS_HUGE; /* hugetlb mappings are aligned to OS_HUGE already */
+  char *raw = mmap(NULL, size + extra, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | (21 << MAP_HUGE_SHIFT), -1, 0);
+  if (raw == MAP_FAILED) return NULL;
+  uintptr_t start = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
+  size_t head = start - (uintptr_t)raw, tail = extra - head;
+  if (head) munmap(raw, head);
+  if (tail) munmap((char *)start + size, tail);
+  os_account((ptrdiff_t)size);
+  return (void *)start;
+}
+
 void os_populate(void *p, size_t size) {
   madvise(p, size, MADV_POPULATE_WRITE); /* Linux 5.14; before, or short of memory: lazy */
 }
@@ -325,10 +351,10 @@ static uintptr_t parse_hex(const char **s) {
   }
 }
 
-void os_mappings(const uintptr_t *addr, size_t count, uintptr_t *lo_out, uintptr_t *hi_out) {
-  for (size_t i = 0; i < count; i++)
-    lo_out[i] = hi_out[i] = 0;
-  int fd = os_open("/proc/self/maps", O_RDONLY, 0);
+/* Calls fn on each line of a /proc file (NUL-terminated, without its newline), read through a
+   fixed buffer; a line longer than the buffer is dropped. */
+static void os_each_line(const char *path, void (*fn)(const char *line, void *arg), void *arg) {
+  int fd = os_open(path, O_RDONLY, 0);
   if (fd < 0) return;
   char buf[4096];
   size_t have = 0;
@@ -339,21 +365,91 @@ void os_mappings(const uintptr_t *addr, size_t count, uintptr_t *lo_out, uintptr
     buf[have] = '\0';
     char *line = buf, *nl;
     while ((nl = strchr(line, '\n')) != NULL) {
-      const char *s = line;
-      uintptr_t lo = parse_hex(&s), hi = 0;
-      if (*s == '-') s++, hi = parse_hex(&s);
-      for (size_t i = 0; i < count; i++)
-        if (addr[i] >= lo && addr[i] < hi) {
-          lo_out[i] = lo;
-          hi_out[i] = hi;
-        }
+      *nl = '\0';
+      fn(line, arg);
       line = nl + 1;
     }
     have -= (size_t)(line - buf);
     memmove(buf, line, have);
-    if (have == sizeof buf - 1) have = 0; /* a line longer than the buffer: drop it */
+    if (have == sizeof buf - 1) have = 0;
   }
   os_close(fd);
+}
+
+typedef struct os_mappings_query {
+  const uintptr_t *addr;
+  size_t count;
+  uintptr_t *lo, *hi;
+} os_mappings_query_t;
+
+static void os_mappings_line(const char *line, void *arg) {
+  os_mappings_query_t *q = arg;
+  const char *s = line;
+  uintptr_t lo = parse_hex(&s), hi = 0;
+  if (*s == '-') s++, hi = parse_hex(&s);
+  for (size_t i = 0; i < q->count; i++)
+    if (q->addr[i] >= lo && q->addr[i] < hi) {
+      q->lo[i] = lo;
+      q->hi[i] = hi;
+    }
+}
+
+void os_mappings(const uintptr_t *addr, size_t count, uintptr_t *lo_out, uintptr_t *hi_out) {
+  for (size_t i = 0; i < count; i++)
+    lo_out[i] = hi_out[i] = 0;
+  os_mappings_query_t q = {addr, count, lo_out, hi_out};
+  os_each_line("/proc/self/maps", os_mappings_line, &q);
+}
+
+typedef struct os_huge_query {
+  bool (*mine)(uintptr_t lo, uintptr_t hi);
+  uintptr_t lo, hi; /* the mapping whose fields follow */
+  int mine_here;    /* -1: not asked yet (mine is asked only of mappings with huge pages) */
+  size_t bytes;
+} os_huge_query_t;
+
+static bool os_field(const char **s, const char *name) {
+  size_t n = strlen(name);
+  if (strncmp(*s, name, n) != 0) return false;
+  *s += n;
+  while (**s == ' ')
+    (*s)++;
+  return true;
+}
+
+static void os_huge_line(const char *line, void *arg) {
+  os_huge_query_t *q = arg;
+  const char *s = line;
+  uintptr_t lo = parse_hex(&s);
+  if (*s == '-' && s > line) { /* a mapping's header: "lo-hi perms ..." */
+    s++;
+    q->lo = lo;
+    q->hi = parse_hex(&s);
+    q->mine_here = -1;
+    return;
+  }
+  s = line;
+  if (!os_field(&s, "AnonHugePages:") && !os_field(&s, "Private_Hugetlb:") &&
+      !os_field(&s, "Shared_Hugetlb:"))
+    return;
+  size_t kib = (size_t)os_parse_ulong(&s);
+  if (kib && q->mine_here < 0) q->mine_here = q->mine(q->lo, q->hi);
+  if (kib && q->mine_here) q->bytes += kib << 10;
+}
+
+size_t os_huge_bytes(bool (*mine)(uintptr_t lo, uintptr_t hi)) {
+  os_huge_query_t q = {mine, 0, 0, -1, 0};
+  os_each_line("/proc/self/smaps", os_huge_line, &q);
+  return q.bytes;
+}
+
+int os_thp_mode(void) {
+  char buf[128];
+  if (os_read_file("/sys/kernel/mm/transparent_hugepage/enabled", buf, sizeof buf) <= 0)
+    return OS_THP_NONE;
+  return strstr(buf, "[always]")    ? OS_THP_ALWAYS
+         : strstr(buf, "[madvise]") ? OS_THP_MADVISE
+                                    : OS_THP_NEVER;
 }
 
 bool os_resident(uintptr_t addr, size_t len) {

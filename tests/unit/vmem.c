@@ -25,8 +25,9 @@ typedef struct fake_parent {
   size_t imported, released;
 } fake_parent_t;
 
-static void *fake_import(void *source, size_t size, size_t align) {
+static void *fake_import(void *source, size_t size, size_t align, bool *clean) {
   fake_parent_t *f = source;
+  *clean = true;
   uintptr_t start = (f->bump + align - 1) & ~(uintptr_t)(align - 1);
   if (start + size > f->base + REGION || f->nspans == SPANS_MAX) return NULL;
   f->bump = start + size;
@@ -53,7 +54,8 @@ static void *fake_remap(void *source, void *addr, size_t old_size, size_t new_si
   while (i < f->nspans && f->spans[i].start != (uintptr_t)addr)
     i++;
   UCHECK(i < f->nspans && f->spans[i].size == old_size);
-  void *moved = fake_import(source, new_size, OS_PAGE);
+  bool clean;
+  void *moved = fake_import(source, new_size, OS_PAGE, &clean);
   if (!moved) return NULL;
   memcpy(moved, addr, old_size < new_size ? old_size : new_size);
   f->imported -= new_size; /* the import above was a move, not a new span */
