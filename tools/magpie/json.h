@@ -22,6 +22,9 @@ int scan_fail(scan_t *s, const char *what);
 void scan_ws(scan_t *s);
 /* Reads a non-negative integer that fits in 64 bits. */
 int scan_u64(scan_t *s, uint64_t *out);
+/* Reads a string into out (truncated to cap-1 bytes; escapes other than \uXXXX decoded,
+ * \uXXXX kept as '?'), or only skips it when out is NULL. */
+int scan_string(scan_t *s, char *out, size_t cap);
 /* Skips any value; depth is how deep it is nested, for the nesting limit. */
 int scan_skip_value(scan_t *s, int depth);
 
