@@ -3,10 +3,14 @@
  * those huge pages are backed and given back (issue 14).
  *
  * Theory
- *   1. Slabs come from slab_arena, a page-quantum arena that imports one huge page at a time
- *      (OS_HUGE bytes aligned to OS_HUGE; an object cache's bigger span: exactly that span)
- *      from the heap arena, which large blocks share. A huge page thus holds slabs only, never
- *      a large block or metadata. The arena packs (vmem.c theory 9): a new slab goes into the
+ *   1. Slabs of objects of up to HP_OBJECT_MAX bytes come from slab_arena, a page-quantum arena
+ *      that imports one huge page at a time (OS_HUGE bytes aligned to OS_HUGE; an object cache's
+ *      bigger span: exactly that span) from the heap arena, which large blocks share. A huge
+ *      page thus holds such slabs only, never a large block or metadata. Slabs of bigger objects
+ *      come from the heap arena as large blocks do, on 4 KiB pages: a program may write only part
+ *      of a big object (a buffer's head), and the pages it never touches cost nothing there,
+ *      where on a huge page they would be resident; an object of a page or less has a byte on
+ *      every page it spans, so its slab's carved part is all resident anyway. The arena packs (vmem.c theory 9): a new slab goes into the
  *      fullest huge page it fits, and a huge page whose slabs are all gone returns whole to the
  *      heap arena at once, so huge pages are either dense or free. Each span's marker records
  *      its backing (HP_SMALL, HP_HUGE, HP_SUBRELEASED) and its bytes in use.

@@ -12,6 +12,7 @@
 extern vmem_t slab_arena; /* where slab spans come from: whole huge pages */
 
 enum { HP_SMALL, HP_HUGE, HP_SUBRELEASED }; /* a slab huge page's backing (its span's marker) */
+#define HP_OBJECT_MAX ((size_t)4096) /* slabs of bigger objects stay off huge pages */
 
 typedef struct hugepage_stats {
   const char *mode;     /* the hugepages option as used (hugetlb falls back to auto) */
@@ -24,6 +25,12 @@ typedef struct hugepage_stats {
 } hugepage_stats_t;
 
 void hugepage_init(void); /* after the heap arena */
+/* Where slabs of objects of this size come from: the slab arena for objects of at most a page,
+   the heap arena for bigger ones (theory 1). */
+static inline vmem_t *hugepage_arena(size_t object_size) {
+  extern vmem_t heap_arena;
+  return object_size <= HP_OBJECT_MAX ? &slab_arena : &heap_arena;
+}
 /* The reap of the heap and slab arenas (caches.c theory 3): whole free huge pages first, then
    pages inside partly used ones, as theory 4 says; returns the bytes given back. */
 size_t hugepage_reap(size_t keep_dirty, bool everything);

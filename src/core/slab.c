@@ -2,8 +2,9 @@
  * slab: spans cut into equal objects, one cache's objects per slab.
  *
  * Theory
- *   1. A slab is a span of cp->span bytes from the slab arena (hugepage.c: whole huge pages
- *      packed with slabs), aligned to its size, with an
+ *   1. A slab is a span of cp->span bytes from the arena hugepage_arena names (the slab arena's
+ *      huge pages packed with slabs of small objects, or the heap arena), aligned to its size,
+ *      with an
  *      out-of-band descriptor (from a metadata pool): user data never neighbours metadata.
  *      Every page of the span maps to the descriptor in the page map, tagged with the cache's
  *      size class, so free() finds an object's class in two loads.
@@ -79,7 +80,7 @@ static void slab_unlist(cache_t *cp, slab_t *s) {
 
 static slab_t *slab_create(cache_t *cp) {
   bool clean;
-  void *span = vmem_alloc(&slab_arena, cp->span, cp->span, 0, &clean);
+  void *span = vmem_alloc(hugepage_arena(cp->size), cp->span, cp->span, 0, &clean);
   if (!span) return NULL;
   slab_t *s = meta_alloc(slab_pool(cp));
   if (s) { /* fields first: the page-map entry publishes the slab */
@@ -88,7 +89,7 @@ static slab_t *slab_create(cache_t *cp) {
   }
   if (!s || !pagemap_set((uintptr_t)span, cp->span, (uintptr_t)s | cp->tag)) {
     if (s) meta_free(slab_pool(cp), s);
-    vmem_free(&slab_arena, span, cp->span);
+    vmem_free(hugepage_arena(cp->size), span, cp->span);
     return NULL;
   }
   cp->slabs++;
@@ -99,7 +100,7 @@ static slab_t *slab_create(cache_t *cp) {
 static void slab_destroy(cache_t *cp, slab_t *s) {
   if (s->listed) slab_unlist(cp, s);
   pagemap_set(s->base, cp->span, 0);
-  vmem_free(&slab_arena, (void *)s->base, cp->span);
+  vmem_free(hugepage_arena(cp->size), (void *)s->base, cp->span);
   meta_free(slab_pool(cp), s);
   cp->slabs--;
 }
