@@ -27,13 +27,23 @@
  *      VMEM_OWN request that no free segment fits first regrows the largest wholly free span
  *      to its size: that span's pages are resident and only the difference is fresh.
  *   7. Memory goes back: a wholly free span is released to the parent when the arena's free
- *      bytes exceed both `retain` and its bytes in use; below that it stays for the next
- *      requests (a fresh mapping costs a page fault per page touched, reuse costs none). A
- *      busy heap thus reuses its own pages; an idle one is purged by vmem_reap. Free segments
- *      are "dirty" until purged (MADV_DONTNEED through the OS) by vmem_reap; purged and
- *      never-touched memory is "clean" and reads as zero, which callers may use to skip memset.
- *   8. One lock per arena protects everything; it is taken after slab locks and before the
- *      metadata pool's and the OS's (which take none). Segment tags come from a metadata pool.
+ *      bytes exceed both `retain` and its bytes in use (packing arenas: theory 9); below that
+ *      it stays for the next requests (a fresh mapping costs a page fault per page touched,
+ *      reuse costs none). A busy heap thus reuses its own pages; an idle one is purged by
+ *      vmem_reap. Free segments are "dirty" until purged (MADV_DONTNEED through the OS, or the
+ *      owner's purge function) by vmem_reap; purged and never-touched memory is "clean" and
+ *      reads as zero, which callers may use to skip memset.
+ *   8. Each segment points at its span's marker, which counts the span's bytes in use and keeps
+ *      two words for the arena's owner: the span's backing and a busy mark (the owner works on
+ *      the span outside the lock, vmem_spans_take; it is not released meanwhile). An import
+ *      says whether the span is known zero (a parent arena's reused space is not).
+ *   9. Packing (vm->pack, for an arena whose spans are huge pages): a request takes, of the
+ *      free segments a bounded search finds that fit, the one in the fullest span, so spans
+ *      fill up or empty rather than all staying partly used; and a span that becomes wholly
+ *      free goes back to the parent at once, whatever `retain` says (the parent keeps it).
+ *   10. One lock per arena protects everything; it is taken after slab locks and before the
+ *      metadata pool's and the OS's (which take none); a child arena's before its parent's
+ *      (an import runs under the child's lock). Segment tags come from a metadata pool.
  */
 #include "vmem.h"
 #include "meta.h"
