@@ -36,7 +36,9 @@
  *      purge what one heap arena did: dirty bytes above the reap's keep (`retain`; all when
  *      idle). With huge pages on, subrelease is further limited to what the slab arena holds
  *      beyond its recent peak demand (the most bytes in slabs at any of the last HP_HISTORY
- *      reaps), so a heap that breathes keeps its huge pages; a subreleased huge page is marked
+ *      reaps), so a heap that breathes keeps its huge pages; not when the reap keeps nothing
+ *      (the program went quiet, or retain=0), nor for malloc_trim: then all goes back, as it
+ *      does on 4 KiB pages; a subreleased huge page is marked
  *      MADV_NOHUGEPAGE, or khugepaged would fill its holes and make it whole again.
  *   Locks: the slab arena's lock comes after the slab locks and before the heap arena's (an
  *   import runs under it); fork.c lists it. The demand history is written under it.
@@ -156,7 +158,8 @@ size_t hugepage_reap(size_t keep_dirty, bool everything) {
   size_t heap_dirty = heap_arena.dirty;
   lock_release(&heap_arena.lock);
   size_t keep = keep_dirty > heap_dirty ? keep_dirty - heap_dirty : 0;
-  if (!everything && slab_dirty > allowed && keep < slab_dirty - allowed) keep = slab_dirty - allowed;
+  if (keep_dirty && !everything && slab_dirty > allowed && keep < slab_dirty - allowed)
+    keep = slab_dirty - allowed;
   return given + vmem_reap(&slab_arena, keep, false);
 }
 
