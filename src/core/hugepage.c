@@ -10,10 +10,11 @@
  *      come from the heap arena as large blocks do, on 4 KiB pages: a program may write only part
  *      of a big object (a buffer's head), and the pages it never touches cost nothing there,
  *      where on a huge page they would be resident; an object of a page or less has a byte on
- *      every page it spans, so its slab's carved part is all resident anyway. The arena packs (vmem.c theory 9): a new slab goes into the
- *      fullest huge page it fits, and a huge page whose slabs are all gone returns whole to the
- *      heap arena at once, so huge pages are either dense or free. Each span's marker records
- *      its backing (HP_SMALL, HP_HUGE, HP_SUBRELEASED) and its bytes in use.
+ *      every page it spans, so its slab's carved part is all resident anyway. The arena packs
+ * (vmem.c theory 9): a new slab goes into the fullest huge page it fits, and a huge page whose
+ * slabs are all gone returns whole to the heap arena at once, so huge pages are either dense or
+ * free. Each span's marker records its backing (HP_SMALL, HP_HUGE, HP_SUBRELEASED) and its bytes in
+ * use.
  *   2. Backing, by the hugepages option. never: no madvise at all. always: each huge page is
  *      marked MADV_HUGEPAGE as it is imported, so that its first touch faults in one 2 MiB page.
  *      auto (the default): the same once the slab arena holds hugepages_min bytes, on kernels
@@ -51,19 +52,19 @@
 
 vmem_t slab_arena;
 
-#define HP_COLLAPSE_MAX 32 /* collapses per reaper tick: 64 MiB */
+#define HP_COLLAPSE_MAX 32                           /* collapses per reaper tick: 64 MiB */
 #define HP_COLLAPSE_SLOW_NS ((uint64_t)20 * 1000000) /* a tick's collapses slower than this */
-#define HP_BACKOFF_MAX 64 /* ticks */
-#define HP_DENSE_SHIFT 3  /* dense: at most 1/8 of a huge page free */
-#define HP_HISTORY 8      /* reaps of demand remembered */
+#define HP_BACKOFF_MAX 64                            /* ticks */
+#define HP_DENSE_SHIFT 3                             /* dense: at most 1/8 of a huge page free */
+#define HP_HISTORY 8                                 /* reaps of demand remembered */
 
 static struct {
-  int thp;             /* os_thp_mode() at start */
-  size_t mode;         /* opt.hugepages as used */
-  bool on;             /* new huge pages are marked (atomic: stats read it) */
+  int thp;                    /* os_thp_mode() at start */
+  size_t mode;                /* opt.hugepages as used */
+  bool on;                    /* new huge pages are marked (atomic: stats read it) */
   size_t history[HP_HISTORY]; /* slab bytes in use at the last reaps (slab_arena.lock) */
   unsigned history_at;
-  unsigned backoff, wait;    /* reaper thread only */
+  unsigned backoff, wait;                             /* reaper thread only */
   uint64_t collapses, collapse_failures, subreleases; /* atomic */
 } hp;
 
@@ -153,7 +154,8 @@ size_t hugepage_reap(size_t keep_dirty, bool everything) {
   lock_acquire(&slab_arena.lock);
   size_t slab_dirty = slab_arena.dirty, allowed = hp_subrelease_allowed();
   lock_release(&slab_arena.lock);
-  given += vmem_reap(&heap_arena, keep_dirty > slab_dirty ? keep_dirty - slab_dirty : 0, everything);
+  given +=
+      vmem_reap(&heap_arena, keep_dirty > slab_dirty ? keep_dirty - slab_dirty : 0, everything);
   lock_acquire(&heap_arena.lock);
   size_t heap_dirty = heap_arena.dirty;
   lock_release(&heap_arena.lock);
@@ -192,8 +194,8 @@ void hugepage_tick(void) {
     vmem_span_done(&slab_arena, spans[i], ok ? HP_HUGE : backing);
   }
   if (failed || os_now_ns() - start > HP_COLLAPSE_SLOW_NS) {
-    hp.backoff = hp.backoff ? (hp.backoff * 2 > HP_BACKOFF_MAX ? HP_BACKOFF_MAX : hp.backoff * 2)
-                            : 1;
+    hp.backoff =
+        hp.backoff ? (hp.backoff * 2 > HP_BACKOFF_MAX ? HP_BACKOFF_MAX : hp.backoff * 2) : 1;
     hp.wait = hp.backoff;
   } else {
     hp.backoff = 0;

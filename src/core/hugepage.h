@@ -9,17 +9,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-extern vmem_t slab_arena; /* where slab spans come from: whole huge pages */
+extern vmem_t slab_arena; /* slabs of small objects: whole huge pages (theory 1) */
 
 enum { HP_SMALL, HP_HUGE, HP_SUBRELEASED }; /* a slab huge page's backing (its span's marker) */
-#define HP_OBJECT_MAX ((size_t)4096) /* slabs of bigger objects stay off huge pages */
+#define HP_OBJECT_MAX ((size_t)4096)        /* slabs of bigger objects stay off huge pages */
 
 typedef struct hugepage_stats {
-  const char *mode;     /* the hugepages option as used (hugetlb falls back to auto) */
-  const char *thp;      /* the kernel's THP mode */
-  bool on;              /* huge pages are in use for new slab huge pages */
-  uint64_t huge_bytes;  /* bytes of magpie's heap on huge pages (smaps) */
-  uint64_t slab_bytes;  /* bytes the slab arena holds */
+  const char *mode;            /* the hugepages option as used (hugetlb falls back to auto) */
+  const char *thp;             /* the kernel's THP mode */
+  bool on;                     /* huge pages are in use for new slab huge pages */
+  uint64_t huge_bytes;         /* bytes of magpie's heap on huge pages (smaps) */
+  uint64_t slab_bytes;         /* bytes the slab arena holds */
   uint64_t partial_free_bytes; /* free bytes inside partly used slab huge pages */
   uint64_t collapses, collapse_failures, subreleases;
 } hugepage_stats_t;
@@ -34,7 +34,7 @@ static inline vmem_t *hugepage_arena(size_t object_size) {
 /* The reap of the heap and slab arenas (caches.c theory 3): whole free huge pages first, then
    pages inside partly used ones, as theory 4 says; returns the bytes given back. */
 size_t hugepage_reap(size_t keep_dirty, bool everything);
-void hugepage_tick(void); /* the reaper thread's collapses, after each reap */
+void hugepage_tick(void);                   /* the reaper thread's collapses, after each reap */
 void hugepage_stats(hugepage_stats_t *out); /* reads /proc/self/smaps */
 
 #endif

@@ -8,16 +8,17 @@
  *      slabs carry PM_TAG_CACHE in the page map so free() refuses their objects.
  *   2. Each cache is set up by core/cache.c (its slab geometry and magazine size).
  *   3. Reaping: at most once per reap_ms, each depot returns the magazines its working set did
- *      not need to the slabs (empty slabs go to the slab arena) and the arenas purge their dirty
- *      pages above `retain`, whole free huge pages first (hugepage.c theory 4). Until the heap maps REAPER_START_BYTES, the first slow path to notice
- *      reaps; after that a background thread (the reaper) does, so that memory also goes back
- *      while the program is idle: when no slow path has run for REAPER_IDLE_TICKS intervals,
- *      it purges every dirty page, and after each reap it collapses dense huge pages
- *      (hugepage.c theory 3). Small programs never get the thread (a thread of its own can
- *      surprise a program: unshare(CLONE_NEWUSER) needs a single-threaded process), nor does
- *      the child of a multithreaded fork; option reaper=0 keeps it away altogether.
- *      cache_trim gives back everything free at once; cache_reclaim, after an allocation found
- *      no memory, gives back every cached object and wholly free span for one more try.
+ *      not need to the slabs (empty slabs go to their arena) and the arenas purge their dirty
+ *      pages above `retain`, whole free huge pages first (hugepage.c theory 4). Until the heap
+ *      maps REAPER_START_BYTES, the first slow path to notice reaps; after that a background
+ *      thread (the reaper) does, so that memory also goes back while the program is idle: when
+ *      no slow path has run for REAPER_IDLE_TICKS intervals, it purges every dirty page; after
+ *      each reap it collapses dense huge pages (hugepage.c theory 3). Small programs never get
+ *      the thread (a thread of its own can surprise a program: unshare(CLONE_NEWUSER) needs a
+ *      single-threaded process), nor does the child of a multithreaded fork; option reaper=0
+ *      keeps it away altogether. cache_trim gives back everything free at once; cache_reclaim,
+ *      after an allocation found no memory, gives back every cached object and wholly free span
+ *      for one more try.
  *   4. Object-cache ids index the threads' slot tables (mag_slots.c); ids are reused after destroy.
  *   Lock order: the one list in fork.c.
  */
