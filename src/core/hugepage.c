@@ -61,6 +61,7 @@ vmem_t slab_arena;
 static struct {
   int thp;                    /* os_thp_mode() at start */
   size_t mode;                /* opt.hugepages as used */
+  size_t asked;               /* 1 + opt.hugepages when mode was set; 0 before */
   bool on;                    /* new huge pages are marked (atomic: stats read it) */
   size_t history[HP_HISTORY]; /* slab bytes in use at the last reaps (slab_arena.lock) */
   unsigned history_at;
@@ -119,6 +120,18 @@ static void hp_purge(void *source, vmem_seg_t *span, void *addr, size_t size) {
 
 void hugepage_init(void) {
   hp.thp = os_thp_mode();
+  vmem_init(&slab_arena, "slab", OS_PAGE, hp_import, hp_release, NULL, OS_HUGE, OS_HUGE);
+  slab_arena.pack = true;
+  slab_arena.purge = hp_purge;
+  hugepage_options();
+}
+
+void hugepage_options(void) {
+  lock_acquire(&slab_arena.lock); /* spans imported under one mode go back under it */
+  bool settled = slab_arena.imported != 0 || (hp.asked && hp.asked - 1 == opt.hugepages);
+  lock_release(&slab_arena.lock);
+  if (settled) return;
+  hp.asked = opt.hugepages + 1;
   hp.mode = opt.hugepages;
   if (hp.mode == OPT_HUGE_HUGETLB) {
     void *probe = os_map_hugetlb(OS_HUGE, OS_HUGE);
@@ -131,9 +144,6 @@ void hugepage_init(void) {
     }
   }
   hp.on = hp.mode == OPT_HUGE_HUGETLB || (hp.mode == OPT_HUGE_ALWAYS && hp_thp_usable());
-  vmem_init(&slab_arena, "slab", OS_PAGE, hp_import, hp_release, NULL, OS_HUGE, OS_HUGE);
-  slab_arena.pack = true;
-  slab_arena.purge = hp_purge;
 }
 
 /* Bytes of the slab arena's free memory that a subrelease may purge (theory 4), recording this
@@ -144,7 +154,6 @@ static size_t hp_subrelease_allowed(void) {
   for (unsigned i = 0; i < HP_HISTORY; i++)
     if (hp.history[i] > peak) peak = hp.history[i];
   if (!__atomic_load_n(&hp.on, __ATOMIC_RELAXED)) return SIZE_MAX;
-  if (hp.mode == OPT_HUGE_HUGETLB) return 0; /* a hugetlb page cannot be split */
   return slab_arena.imported > peak ? slab_arena.imported - peak : 0;
 }
 
@@ -159,6 +168,7 @@ size_t hugepage_reap(size_t keep_dirty, bool everything) {
   lock_acquire(&heap_arena.lock);
   size_t heap_dirty = heap_arena.dirty;
   lock_release(&heap_arena.lock);
+  if (hp.mode == OPT_HUGE_HUGETLB) return given; /* a hugetlb page cannot be split */
   size_t keep = keep_dirty > heap_dirty ? keep_dirty - heap_dirty : 0;
   if (keep_dirty && !everything && slab_dirty > allowed && keep < slab_dirty - allowed)
     keep = slab_dirty - allowed;

@@ -25,6 +25,9 @@ typedef struct hugepage_stats {
 } hugepage_stats_t;
 
 void hugepage_init(void); /* after the heap arena */
+/* Takes the hugepages option as it is now (options are read again once environ exists), unless
+   slabs were made under the one taken before. */
+void hugepage_options(void);
 /* Where slabs of objects of this size come from: the slab arena for objects of at most a page,
    the heap arena for bigger ones (theory 1). */
 static inline vmem_t *hugepage_arena(size_t object_size) {

@@ -101,6 +101,7 @@ __attribute__((constructor)) static void magpie_constructor(void) {
     init_had_environ = true;
     options_init();
     heap_arena.retain = heap_retain();
+    hugepage_options();
   }
   if (debug_on || (opt.stats != OPT_STATS_OFF && !opt.stats_file[0])) report_keep_stderr();
   fork_handlers_register();

@@ -73,17 +73,24 @@ void *os_map(size_t size) {
   return p;
 }
 
-void *os_map_aligned(size_t size, size_t align) {
-  if (align <= OS_PAGE) return os_map(size);
-  if (size + align < size) return NULL;
-  char *raw = mmap(NULL, size + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+/* Maps size + extra bytes (extra: enough that an aligned start fits), keeps the size bytes from
+   the first multiple of align, and unmaps the ends. */
+static void *os_map_trimmed(size_t size, size_t extra, size_t align, int flags) {
+  if (size + extra < size) return NULL;
+  char *raw = mmap(NULL, size + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags,
+                   -1, 0);
   if (raw == MAP_FAILED) return NULL;
   uintptr_t start = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
-  size_t head = start - (uintptr_t)raw, tail = align - head;
+  size_t head = start - (uintptr_t)raw, tail = extra - head;
   if (head) munmap(raw, head);
   if (tail) munmap((char *)start + size, tail);
   os_account((ptrdiff_t)size);
   return (void *)start;
+}
+
+void *os_map_aligned(size_t size, size_t align) {
+  if (align <= OS_PAGE) return os_map(size);
+  return os_map_trimmed(size, align, align, 0);
 }
 
 void os_unmap(void *p, size_t size) {
@@ -115,17 +122,8 @@ bool os_collapse(void *p, size_t size) {
 }
 
 void *os_map_hugetlb(size_t size, size_t align) {
-  if (align < OS_HUGE) align = OS_HUGE;
-  size_t extra = align - OS_HUGE; /* hugetlb mappings are aligned to OS_HUGE already */
-  char *raw = mmap(NULL, size + extra, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | (21 << MAP_HUGE_SHIFT), -1, 0);
-  if (raw == MAP_FAILED) return NULL;
-  uintptr_t start = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
-  size_t head = start - (uintptr_t)raw, tail = extra - head;
-  if (head) munmap(raw, head);
-  if (tail) munmap((char *)start + size, tail);
-  os_account((ptrdiff_t)size);
-  return (void *)start;
+  if (align < OS_HUGE) align = OS_HUGE; /* hugetlb mappings are aligned to OS_HUGE already */
+  return os_map_trimmed(size, align - OS_HUGE, align, MAP_HUGETLB | (21 << MAP_HUGE_SHIFT));
 }
 
 void os_populate(void *p, size_t size) {
