@@ -17,6 +17,7 @@ struct slab {
   uint32_t nfree;  /* returned objects: the bits set in map */
   uint32_t scan;   /* map words below this one hold no set bit */
   bool listed;     /* on cache->partial */
+  bool from_heap;  /* its span came from the heap arena, not the slab arena (slab.c theory 1) */
   uint64_t map[];  /* bit i set: object i (< carved) came back and is free */
 };
 

@@ -77,8 +77,8 @@ void *os_map(size_t size) {
    the first multiple of align, and unmaps the ends. */
 static void *os_map_trimmed(size_t size, size_t extra, size_t align, int flags) {
   if (size + extra < size) return NULL;
-  char *raw = mmap(NULL, size + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags,
-                   -1, 0);
+  char *raw =
+      mmap(NULL, size + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
   if (raw == MAP_FAILED) return NULL;
   uintptr_t start = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
   size_t head = start - (uintptr_t)raw, tail = extra - head;
