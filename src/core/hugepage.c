@@ -10,11 +10,12 @@
  *      come from the heap arena as large blocks do, on 4 KiB pages: a program may write only part
  *      of a big object (a buffer's head), and the pages it never touches cost nothing there,
  *      where on a huge page they would be resident; an object of a page or less has a byte on
- *      every page it spans, so its slab's carved part is all resident anyway. The arena packs
- * (vmem.c theory 9): a new slab goes into the fullest huge page it fits, and a huge page whose
- * slabs are all gone returns whole to the heap arena at once, so huge pages are either dense or
- * free. Each span's marker records its backing (HP_SMALL, HP_HUGE, HP_SUBRELEASED) and its bytes in
- * use.
+ *      every page it spans, so its slab's carved part is all resident anyway. When the heap
+ *      arena has no aligned huge page to give (the address space nearly used up), a slab takes a
+ *      span of the heap arena instead (slab.c). The slab arena packs (vmem.c theory 9): a new
+ *      slab goes into the fullest huge page it fits, and a huge page whose slabs are all gone
+ *      returns whole to the heap arena at once, so huge pages are either dense or free. Each
+ *      span's marker records its backing (HP_SMALL, HP_HUGE, HP_SUBRELEASED) and bytes in use.
  *   2. Backing, by the hugepages option. never: no madvise at all. always: each huge page is
  *      marked MADV_HUGEPAGE as it is imported, so that its first touch faults in one 2 MiB page.
  *      auto (the default): the same once the slab arena holds hugepages_min bytes, on kernels
@@ -39,8 +40,8 @@
  *      beyond its recent peak demand (the most bytes in slabs at any of the last HP_HISTORY
  *      reaps), so a heap that breathes keeps its huge pages; not when the reap keeps nothing
  *      (the program went quiet, or retain=0), nor for malloc_trim: then all goes back, as it
- *      does on 4 KiB pages; a subreleased huge page is marked
- *      MADV_NOHUGEPAGE, or khugepaged would fill its holes and make it whole again.
+ *      does on 4 KiB pages. A subreleased huge page is marked MADV_NOHUGEPAGE, or khugepaged
+ *      would fill its holes and make it whole again. hugetlb pages are never subreleased.
  *   Locks: the slab arena's lock comes after the slab locks and before the heap arena's (an
  *   import runs under it); fork.c lists it. The demand history is written under it.
  */
