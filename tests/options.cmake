@@ -25,18 +25,23 @@ option_config(mag_rounds2 MAGPIE_OPTIONS=mag_rounds=2)
 option_config(reap_ms1 MAGPIE_OPTIONS=reap_ms=1)
 option_config(retain0 MAGPIE_OPTIONS=retain=0)
 option_config(sample1 MAGPIE_OPTIONS=sample=1)
+option_config(hugepages_always MAGPIE_OPTIONS=hugepages=always)
+option_config(hugepages_never MAGPIE_OPTIONS=hugepages=never)
 option_config(debug MAGPIE_DEBUG=default)
 set(OPTION_LABELS_debug debug) # `ctest -L debug` runs these too
 # Per-CPU magazines of 2 rounds for every thread but the first (percpu_threads=1: whatever the
 # machine's CPU count), the reaper thread every millisecond taking idle CPUs' and threads'
 # magazines, and an arena that keeps no free memory: every exchange between magazines, depots,
-# slabs and the arena happens as often as it can.
-option_config(small_mags MAGPIE_OPTIONS=mag_rounds=2,retain=0,reap_ms=1,percpu_threads=1)
-# Thread magazines only, no reaper thread (slow paths reap, every millisecond), and every
-# magazine miss sampled onto a guard page.
-option_config(sampled MAGPIE_OPTIONS=percpu=0,reaper=0,sample=1,reap_ms=1)
+# slabs and the arena happens as often as it can; slab huge pages marked from the start, so
+# that they are subreleased and collapsed again as often as the reaper can.
+option_config(small_mags
+  MAGPIE_OPTIONS=mag_rounds=2,retain=0,reap_ms=1,percpu_threads=1,hugepages=always)
+# Thread magazines only, no reaper thread (slow paths reap, every millisecond), every
+# magazine miss sampled onto a guard page, and no huge pages.
+option_config(sampled MAGPIE_OPTIONS=percpu=0,reaper=0,sample=1,reap_ms=1,hugepages=never)
 
-set(OPTION_CONFIGS_API percpu0 reaper0 mag_rounds2 reap_ms1 retain0 sample1 debug)
+set(OPTION_CONFIGS_API percpu0 reaper0 mag_rounds2 reap_ms1 retain0 sample1 hugepages_always
+    hugepages_never debug)
 set(OPTION_CONFIGS_STRESS small_mags sampled debug)
 
 # The warnings of src/core/options.c and src/debug/debug_flags.c about MAGPIE_OPTIONS and

@@ -140,6 +140,9 @@ def test_json_counts():
     check(any(c["size"] >= 100 and c["allocs"] >= 1000 and c["frees"] >= 1000
               for c in j.get("classes", [])),
           "a class of size >= 100 with >= 1000 allocs and frees in %s" % j)
+    hp = j.get("hugepages", {})
+    check(hp.get("mode") in ("auto", "always", "never", "hugetlb") and "thp" in hp
+          and "huge_bytes" in hp, "hugepages with mode, thp and huge_bytes in %s" % j)
     # --json alone implies --stats.
     j = json_report(magpie("run", "--json", PROBE, "2000", "300", expect=0))
     check(j.get("allocs", 0) >= 2000, "allocs >= 2000 in %s" % j)
@@ -156,6 +159,8 @@ def test_text_report():
     check(0 < len(rows) <= 5, "one to five class rows", r)
     check(any(number(s) >= 200 and number(a) >= 5000 for s, a, _ in rows),
           "a class of size >= 200 with >= 5,000 allocs", r)
+    check(re.search(r"^\s*on huge pages\s+.*\(hugepages=\w+, kernel THP \w+;", r.stderr, re.M),
+          "the huge-page line names the option and the kernel's mode", r)
     allocs = [number(a) for _, a, _ in rows]
     check(allocs == sorted(allocs, reverse=True), "classes sorted by allocations", r)
 

@@ -28,9 +28,13 @@ options_t opt = {
     .calloc_populate = 64u << 20, /* bigger zeroed blocks may be sparse: leave them lazy */
     .reaper = 1,
     .percpu = 1,
+    .hugepages = OPT_HUGE_AUTO,
+    .hugepages_min = 64u << 20, /* smaller slab heaps stay on 4 KiB pages (hugepage.c) */
 };
 
-typedef enum { OPT_SIZE, OPT_STATS_WORD, OPT_PATH } opt_kind_t;
+typedef enum { OPT_SIZE, OPT_STATS_WORD, OPT_PATH, OPT_HUGE_WORD } opt_kind_t;
+
+const char *const opt_hugepages_words[OPT_HUGE_WORDS] = {"auto", "always", "never", "hugetlb"};
 
 typedef struct opt_entry {
   const char *name;
@@ -51,6 +55,8 @@ static const opt_entry_t opt_table[] = {
     {"sample", OPT_SIZE, offsetof(options_t, sample), 0, 0},
     {"percpu", OPT_SIZE, offsetof(options_t, percpu), 0, 0},
     {"percpu_threads", OPT_SIZE, offsetof(options_t, percpu_threads), 0, 0},
+    {"hugepages", OPT_HUGE_WORD, offsetof(options_t, hugepages), 0, 0},
+    {"hugepages_min", OPT_SIZE, offsetof(options_t, hugepages_min), 0, 0},
 };
 
 static bool opt_parse_size(const char *s, size_t len, size_t *out) {
@@ -111,6 +117,13 @@ static bool opt_set(const opt_entry_t *e, const char *val, size_t len) {
       return false;
     return true;
   }
+  case OPT_HUGE_WORD:
+    for (size_t i = 0; i < OPT_HUGE_WORDS; i++)
+      if (opt_word(val, len, opt_hugepages_words[i])) {
+        *(size_t *)field = i;
+        return true;
+      }
+    return false;
   case OPT_PATH:
     if (len == 0 || len >= sizeof opt.stats_file) return false;
     memcpy(field, val, len);

@@ -7,6 +7,8 @@
 #define OPT_STATS_OFF 0
 #define OPT_STATS_TEXT 1
 #define OPT_STATS_JSON 2
+enum { OPT_HUGE_AUTO, OPT_HUGE_ALWAYS, OPT_HUGE_NEVER, OPT_HUGE_HUGETLB, OPT_HUGE_WORDS };
+extern const char *const opt_hugepages_words[OPT_HUGE_WORDS]; /* the option's values, by number */
 #define OPT_MAG_ROUNDS_MAX 256 /* the largest magazine (depot.h's MAG_CAP_MAX) */
 
 typedef struct options {
@@ -21,6 +23,8 @@ typedef struct options {
   size_t reaper;          /* 1: a background thread reaps once the heap is big (cache.c) */
   size_t percpu;          /* 1: per-CPU magazines once threads outnumber CPUs; 0: never */
   size_t percpu_threads;  /* threads that keep their own magazines; 0: twice the CPUs */
+  size_t hugepages;       /* OPT_HUGE_*: how slab huge pages are backed (hugepage.c) */
+  size_t hugepages_min;   /* auto: slab heap bytes from which huge pages are used */
 } options_t;
 
 extern options_t opt;

@@ -2,7 +2,10 @@
  * slab: spans cut into equal objects, one cache's objects per slab.
  *
  * Theory
- *   1. A slab is a span of cp->span bytes from the heap arena, aligned to its size, with an
+ *   1. A slab is a span of cp->span bytes from the arena hugepage_arena names (the slab arena's
+ *      huge pages packed with slabs of small objects, or the heap arena; the heap arena too when
+ *      no whole huge page can be had, near the end of the address space), aligned to its size,
+ *      with an
  *      out-of-band descriptor (from a metadata pool): user data never neighbours metadata.
  *      Every page of the span maps to the descriptor in the page map, tagged with the cache's
  *      size class, so free() finds an object's class in two loads.
@@ -24,9 +27,11 @@
  *   5. A slab whose objects have all come back is freed at once: the span goes to the arena,
  *      which decides when pages go back to the kernel. Partial slabs are served first-listed
  *      first, so the slabs that fill last are the ones that empty.
- *   Lock order: fork.c's list (slab_lock, then the heap arena's lock, then metadata pools).
+ *   Lock order: fork.c's list (slab_lock, then the slab and heap arenas' locks, then metadata
+ *   pools).
  */
 #include "slab.h"
+#include "hugepage.h"
 #include "meta.h"
 #include "pagemap.h"
 #include "report.h"
@@ -74,18 +79,26 @@ static void slab_unlist(cache_t *cp, slab_t *s) {
   if (cp->partial == s) cp->partial = s->next;
 }
 
+static vmem_t *slab_arena_of(const slab_t *s) {
+  return s->from_heap ? &heap_arena : &slab_arena;
+}
+
 static slab_t *slab_create(cache_t *cp) {
   bool clean;
-  void *span = vmem_alloc(&heap_arena, cp->span, cp->span, 0, &clean);
+  vmem_t *arena = hugepage_arena(cp->size);
+  void *span = vmem_alloc(arena, cp->span, cp->span, 0, &clean);
+  if (!span && arena != &heap_arena) /* no whole huge page to be had: any free span will do */
+    span = vmem_alloc(arena = &heap_arena, cp->span, cp->span, 0, &clean);
   if (!span) return NULL;
   slab_t *s = meta_alloc(slab_pool(cp));
   if (s) { /* fields first: the page-map entry publishes the slab */
     s->base = (uintptr_t)span;
     s->cache = cp;
+    s->from_heap = arena == &heap_arena;
   }
   if (!s || !pagemap_set((uintptr_t)span, cp->span, (uintptr_t)s | cp->tag)) {
     if (s) meta_free(slab_pool(cp), s);
-    vmem_free(&heap_arena, span, cp->span);
+    vmem_free(arena, span, cp->span);
     return NULL;
   }
   cp->slabs++;
@@ -96,7 +109,7 @@ static slab_t *slab_create(cache_t *cp) {
 static void slab_destroy(cache_t *cp, slab_t *s) {
   if (s->listed) slab_unlist(cp, s);
   pagemap_set(s->base, cp->span, 0);
-  vmem_free(&heap_arena, (void *)s->base, cp->span);
+  vmem_free(slab_arena_of(s), (void *)s->base, cp->span);
   meta_free(slab_pool(cp), s);
   cp->slabs--;
 }

@@ -17,10 +17,11 @@ struct slab {
   uint32_t nfree;  /* returned objects: the bits set in map */
   uint32_t scan;   /* map words below this one hold no set bit */
   bool listed;     /* on cache->partial */
+  bool from_heap;  /* its span came from the heap arena, not the slab arena (slab.c theory 1) */
   uint64_t map[];  /* bit i set: object i (< carved) came back and is free */
 };
 
-extern vmem_t heap_arena; /* where spans and large blocks come from */
+extern vmem_t heap_arena; /* where large blocks and the slab arena's huge pages come from */
 
 /* Hands out up to n constructed objects; returns how many (0: out of memory or ctor failed).
    run: never-used objects in address order where the first partial slab has n of them. */

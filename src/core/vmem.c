@@ -27,13 +27,23 @@
  *      VMEM_OWN request that no free segment fits first regrows the largest wholly free span
  *      to its size: that span's pages are resident and only the difference is fresh.
  *   7. Memory goes back: a wholly free span is released to the parent when the arena's free
- *      bytes exceed both `retain` and its bytes in use; below that it stays for the next
- *      requests (a fresh mapping costs a page fault per page touched, reuse costs none). A
- *      busy heap thus reuses its own pages; an idle one is purged by vmem_reap. Free segments
- *      are "dirty" until purged (MADV_DONTNEED through the OS) by vmem_reap; purged and
- *      never-touched memory is "clean" and reads as zero, which callers may use to skip memset.
- *   8. One lock per arena protects everything; it is taken after slab locks and before the
- *      metadata pool's and the OS's (which take none). Segment tags come from a metadata pool.
+ *      bytes exceed both `retain` and its bytes in use (packing arenas: theory 9); below that
+ *      it stays for the next requests (a fresh mapping costs a page fault per page touched,
+ *      reuse costs none). A busy heap thus reuses its own pages; an idle one is purged by
+ *      vmem_reap. Free segments are "dirty" until purged (MADV_DONTNEED through the OS, or the
+ *      owner's purge function) by vmem_reap; purged and never-touched memory is "clean" and
+ *      reads as zero, which callers may use to skip memset.
+ *   8. Each segment points at its span's marker, which counts the span's bytes in use and keeps
+ *      two words for the arena's owner: the span's backing and a busy mark (the owner works on
+ *      the span outside the lock, vmem_spans_take; it is not released meanwhile). An import
+ *      says whether the span is known zero (a parent arena's reused space is not).
+ *   9. Packing (vm->pack, for an arena whose spans are huge pages): a request takes, of the
+ *      free segments a bounded search finds that fit, the one in the fullest span, so spans
+ *      fill up or empty rather than all staying partly used; and a span that becomes wholly
+ *      free goes back to the parent at once, whatever `retain` says (the parent keeps it).
+ *   10. One lock per arena protects everything; it is taken after slab locks and before the
+ *      metadata pool's and the OS's (which take none); a child arena's before its parent's
+ *      (an import runs under the child's lock). Segment tags come from a metadata pool.
  */
 #include "vmem.h"
 #include "meta.h"
@@ -156,6 +166,7 @@ static vmem_seg_t *seg_split(vmem_seg_t *s, size_t offset) {
   rest->size = s->size - offset;
   rest->type = s->type;
   rest->clean = s->clean;
+  rest->span = s->span;
   s->size = offset;
   seg_link_after(s, rest);
   return rest;
@@ -170,6 +181,7 @@ static bool span_remap(vmem_t *vm, vmem_seg_t *s, size_t new_size) {
   void *moved = vm->remap(vm->source, (void *)s->start, s->size, new_size);
   if (!moved) return false;
   vm->imported += new_size - s->size;
+  if (s->type == VMEM_ALLOC) marker->used += new_size - s->size;
   marker->start = s->start = (uintptr_t)moved;
   marker->size = s->size = new_size;
   s->clean = 0;
@@ -188,7 +200,20 @@ static vmem_seg_t *list_search(vmem_t *vm, unsigned list, size_t size, size_t al
   return NULL;
 }
 
+/* Packing: of the free segments that fit (a bounded search, smallest lists first), the one in
+   the fullest span, so that spans fill up or empty instead of all staying half used. */
+static vmem_seg_t *pack_find(vmem_t *vm, size_t size, size_t align) {
+  vmem_seg_t *best = NULL;
+  int budget = VMEM_SEARCH_MAX;
+  uint64_t lists = vm->free_map & (~(uint64_t)0 << vmem_log2(size));
+  for (; lists && budget > 0; lists &= lists - 1)
+    for (vmem_seg_t *s = vm->free_list[__builtin_ctzll(lists)]; s && budget-- > 0; s = s->lnext)
+      if (seg_fits(s, size, align) && (!best || s->span->used > best->span->used)) best = s;
+  return best;
+}
+
 static vmem_seg_t *vmem_find(vmem_t *vm, size_t size, size_t align) {
+  if (vm->pack) return pack_find(vm, size, align);
   unsigned low = vmem_log2(size);
   /* Recently freed segments of about this size first: the lists are LIFO, so this reuses
      resident pages, where instant fit alone would pass over a freed segment of exactly this
@@ -236,7 +261,8 @@ static bool vmem_import(vmem_t *vm, size_t size, size_t align, bool own) {
   size_t span_align = align > vm->import_align ? align : vm->import_align;
   if (!vm->import) return false;
   vmem_seg_t *marker = meta_alloc(&vmem_seg_pool), *seg = meta_alloc(&vmem_seg_pool);
-  void *mem = marker && seg ? vm->import(vm->source, span, span_align) : NULL;
+  bool clean = true;
+  void *mem = marker && seg ? vm->import(vm->source, span, span_align, &clean) : NULL;
   if (!mem) {
     if (marker) meta_free(&vmem_seg_pool, marker);
     if (seg) meta_free(&vmem_seg_pool, seg);
@@ -245,11 +271,16 @@ static bool vmem_import(vmem_t *vm, size_t size, size_t align, bool own) {
   marker->start = seg->start = (uintptr_t)mem;
   marker->size = seg->size = span;
   marker->type = VMEM_SPAN;
-  seg->clean = 1;
+  marker->used = 0;
+  marker->backing = vm->backing;
+  marker->busy = 0;
+  seg->clean = clean;
+  seg->span = marker;
   seg_link_after(vm->segs.aprev, marker);
   seg_link_after(marker, seg);
   free_insert(vm, seg);
   vm->imported += span;
+  if (!clean) vm->dirty += span;
   return true;
 }
 
@@ -296,6 +327,7 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   if (!s->clean) vm->dirty -= size;
   hash_insert(vm, s);
   vm->in_use += size;
+  s->span->used += size;
   if (vm->hash_count > vm->hash_size) hash_grow(vm); /* failure only slows lookups */
   *clean = s->clean;
   lock_release(&vm->lock);
@@ -331,7 +363,8 @@ static vmem_seg_t *coalesce(vmem_t *vm, vmem_seg_t *s) {
 /* Releases s's span to the parent if s covers all of it; true if it did. */
 static bool span_release(vmem_t *vm, vmem_seg_t *s) {
   vmem_seg_t *marker = s->aprev;
-  if (marker->type != VMEM_SPAN || marker->size != s->size || !vm->release) return false;
+  if (marker->type != VMEM_SPAN || marker->size != s->size || !vm->release || marker->busy)
+    return false;
   if (!s->clean) vm->dirty -= s->size;
   vm->imported -= s->size;
   vm->release(vm->source, (void *)s->start, s->size);
@@ -342,11 +375,13 @@ static bool span_release(vmem_t *vm, vmem_seg_t *s) {
 
 static void seg_free(vmem_t *vm, vmem_seg_t *s) {
   vm->in_use -= s->size;
+  s->span->used -= s->size;
   vm->dirty += s->size;
   s->clean = 0;
   s = coalesce(vm, s);
   size_t keep = vm->retain > vm->in_use ? vm->retain : vm->in_use;
-  if (whole_span(s) && vm->imported - vm->in_use > keep && span_release(vm, s)) return;
+  if (whole_span(s) && (vm->pack || vm->imported - vm->in_use > keep) && span_release(vm, s))
+    return;
   free_insert(vm, s);
 }
 
@@ -402,6 +437,7 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
         if (!next->clean) vm->dirty -= need;
         s->size += need;
         vm->in_use += need;
+        s->span->used += need;
         seg_unlink(next);
         result = addr;
       } else {
@@ -426,12 +462,15 @@ size_t vmem_reap(vmem_t *vm, size_t keep_dirty, bool release_spans) {
     vmem_seg_t *s = vm->free_list[i];
     while (s) {
       vmem_seg_t *next = s->lnext;
-      if (release_spans && whole_span(s)) {
+      if (release_spans && whole_span(s) && !s->aprev->busy) {
         free_remove(vm, s);
         given += s->size;
         span_release(vm, s);
       } else if (!s->clean && vm->dirty > keep_dirty) {
-        os_purge((void *)s->start, s->size);
+        if (vm->purge)
+          vm->purge(vm->source, s->span, (void *)s->start, s->size);
+        else
+          os_purge((void *)s->start, s->size);
         s->clean = 1;
         vm->dirty -= s->size;
         given += s->size;
@@ -445,20 +484,30 @@ size_t vmem_reap(vmem_t *vm, size_t keep_dirty, bool release_spans) {
 
 void vmem_check(vmem_t *vm) {
   lock_acquire(&vm->lock);
-  size_t imported = 0, in_use = 0, dirty = 0, free_count = 0, listed = 0;
+  size_t imported = 0, in_use = 0, dirty = 0, free_count = 0, listed = 0, span_used = 0;
   uintptr_t span_end = 0, cursor = 0;
+  vmem_seg_t *marker = NULL;
   for (vmem_seg_t *s = vm->segs.anext; s != &vm->segs; s = s->anext) {
     if (s->anext->aprev != s) report_fatal("vmem: address list broken", (void *)s->start, 0);
     if (s->type == VMEM_SPAN) {
       imported += s->size;
       cursor = s->start;
       span_end = s->start + s->size;
-      continue;
+      marker = s;
+      span_used = 0;
+    } else {
+      if (s->start != cursor || s->start + s->size > span_end || s->size % vm->quantum ||
+          s->span != marker)
+        report_fatal("vmem: segments do not tile their span", (void *)s->start, s->size);
+      cursor += s->size;
+      if (s->type == VMEM_ALLOC) span_used += s->size;
     }
-    if (s->start != cursor || s->start + s->size > span_end || s->size % vm->quantum)
-      report_fatal("vmem: segments do not tile their span", (void *)s->start, s->size);
-    cursor += s->size;
-    if (s->type == VMEM_ALLOC) in_use += s->size;
+    if (s->anext->type == VMEM_SPAN || s->anext == &vm->segs) {
+      if (span_used != marker->used)
+        report_fatal("vmem: a span's bytes in use disagree with its segments", marker, span_used);
+      in_use += span_used;
+    }
+    if (s->type == VMEM_SPAN) continue;
     if (s->type == VMEM_FREE) {
       free_count++;
       if (!s->clean) dirty += s->size;
@@ -476,5 +525,38 @@ void vmem_check(vmem_t *vm) {
   if (imported != vm->imported || in_use != vm->in_use || dirty != vm->dirty ||
       listed != free_count)
     report_fatal("vmem: accounting disagrees with the segments", NULL, imported);
+  lock_release(&vm->lock);
+}
+
+/* ---- spans, for the arena's owner ---- */
+
+size_t vmem_spans_take(vmem_t *vm, vmem_pick_t *pick, void *arg, vmem_seg_t **out, size_t max) {
+  size_t n = 0;
+  lock_acquire(&vm->lock);
+  for (vmem_seg_t *s = vm->segs.anext; s != &vm->segs && n < max; s = s->anext)
+    if (s->type == VMEM_SPAN && !s->busy && pick(s, arg)) {
+      s->busy = 1;
+      out[n++] = s;
+    }
+  lock_release(&vm->lock);
+  return n;
+}
+
+void vmem_span_done(vmem_t *vm, vmem_seg_t *span, uint8_t backing) {
+  lock_acquire(&vm->lock);
+  span->busy = 0;
+  span->backing = backing;
+  vmem_seg_t *first = span->anext;
+  if (vm->pack && first->type == VMEM_FREE && whole_span(first)) {
+    free_remove(vm, first);
+    span_release(vm, first);
+  }
+  lock_release(&vm->lock);
+}
+
+void vmem_spans_each(vmem_t *vm, void (*fn)(const vmem_seg_t *span, void *arg), void *arg) {
+  lock_acquire(&vm->lock);
+  for (vmem_seg_t *s = vm->segs.anext; s != &vm->segs; s = s->anext)
+    if (s->type == VMEM_SPAN) fn(s, arg);
   lock_release(&vm->lock);
 }

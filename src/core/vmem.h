@@ -12,19 +12,27 @@
 #define VMEM_QCACHE_DEPTH 4 /* segments each quantum cache may hold */
 #define VMEM_OWN 0x1        /* vmem_alloc flag: if it must import, a span of exactly its size */
 
-typedef void *vmem_import_t(void *source, size_t size, size_t align);
+/* Returns a span of size bytes aligned to align; *clean says whether it is known zero. */
+typedef void *vmem_import_t(void *source, size_t size, size_t align, bool *clean);
 typedef void vmem_release_t(void *source, void *addr, size_t size);
 /* Optional: resizes a span the parent gave, perhaps moving it; NULL if it cannot. */
 typedef void *vmem_remap_t(void *source, void *addr, size_t old_size, size_t new_size);
 typedef struct vmem_seg vmem_seg_t;
+/* Optional: gives free range [addr, addr + size) of span (its marker) back to the kernel; it
+   must read as zero afterwards. NULL: os_purge. */
+typedef void vmem_purge_t(void *source, vmem_seg_t *span, void *addr, size_t size);
 
 struct vmem_seg {
   uintptr_t start;
   size_t size;
   vmem_seg_t *anext, *aprev; /* all segments of the arena, each span's after its marker */
   vmem_seg_t *lnext, *lprev; /* FREE: its free list; ALLOC: its hash chain (lnext only) */
+  vmem_seg_t *span;          /* FREE, ALLOC: the marker of the span it lies in */
+  size_t used;               /* SPAN: bytes of the span in ALLOC segments */
   uint8_t type;              /* VMEM_SPAN (import marker), VMEM_FREE or VMEM_ALLOC */
   uint8_t clean;             /* FREE, ALLOC: no byte written since mapped or purged */
+  uint8_t backing;           /* SPAN: the owner's record of how its pages are backed */
+  uint8_t busy;              /* SPAN: the owner works on it unlocked; it is not released */
 };
 
 typedef struct vmem {
@@ -37,6 +45,9 @@ typedef struct vmem {
   vmem_import_t *import;
   vmem_release_t *release;
   vmem_remap_t *remap; /* NULL: whole-span allocations resize like any other */
+  vmem_purge_t *purge; /* NULL: os_purge */
+  bool pack;           /* fullest span first; a wholly free span goes back at once */
+  uint8_t backing;     /* copied into each new span's marker (the import function may set it) */
   void *source;
   vmem_seg_t segs; /* sentinel of the address-ordered segment list */
   vmem_seg_t *free_list[VMEM_LISTS];
@@ -62,5 +73,13 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size);
    wholly free spans when release_spans; returns the bytes given back to the kernel or parent. */
 size_t vmem_reap(vmem_t *vm, size_t keep_dirty, bool release_spans);
 void vmem_check(vmem_t *vm); /* aborts with a report if an invariant is broken */
+/* Up to max spans for which pick(span, arg) holds, in address order, marked busy so that the
+   caller may work on them without the lock; it hands each back with vmem_span_done, which
+   sets its backing (and releases it if it emptied meanwhile). */
+typedef bool vmem_pick_t(const vmem_seg_t *span, void *arg);
+size_t vmem_spans_take(vmem_t *vm, vmem_pick_t *pick, void *arg, vmem_seg_t **out, size_t max);
+void vmem_span_done(vmem_t *vm, vmem_seg_t *span, uint8_t backing);
+/* Calls fn on every span, under the arena's lock (fn must not call into the arena). */
+void vmem_spans_each(vmem_t *vm, void (*fn)(const vmem_seg_t *span, void *arg), void *arg);
 
 #endif

@@ -21,6 +21,7 @@
 #include "cache.h"
 #include "debug.h"
 #include "debug_impl.h"
+#include "hugepage.h"
 #include "magpie.h"
 #include "sizeclass.h"
 #include "slab.h"
@@ -158,6 +159,7 @@ int debug_verify_records(void) {
 MAGPIE_EXPORT int magpie_verify(void) {
   for (unsigned c = 1; c <= SC_COUNT; c++)
     slab_check(&malloc_caches[c]);
+  vmem_check(&slab_arena);
   vmem_check(&heap_arena);
   return debug_on ? debug_verify_records() : 0;
 }

@@ -8,21 +8,24 @@
  *      slabs carry PM_TAG_CACHE in the page map so free() refuses their objects.
  *   2. Each cache is set up by core/cache.c (its slab geometry and magazine size).
  *   3. Reaping: at most once per reap_ms, each depot returns the magazines its working set did
- *      not need to the slabs (empty slabs go to the arena) and the arena purges its dirty pages
- *      above `retain`. Until the heap maps REAPER_START_BYTES, the first slow path to notice
- *      reaps; after that a background thread (the reaper) does, so that memory also goes back
- *      while the program is idle: when no slow path has run for REAPER_IDLE_TICKS intervals,
- *      it purges every dirty page. Small programs never get the thread (a thread of its own can
- *      surprise a program: unshare(CLONE_NEWUSER) needs a single-threaded process), nor does
- *      the child of a multithreaded fork; option reaper=0 keeps it away altogether.
- *      cache_trim gives back everything free at once; cache_reclaim, after an allocation found
- *      no memory, gives back every cached object and wholly free span for one more try.
+ *      not need to the slabs (empty slabs go to their arena) and the arenas purge their dirty
+ *      pages above `retain`, whole free huge pages first (hugepage.c theory 4). Until the heap
+ *      maps REAPER_START_BYTES, the first slow path to notice reaps; after that a background
+ *      thread (the reaper) does, so that memory also goes back while the program is idle: when
+ *      no slow path has run for REAPER_IDLE_TICKS intervals, it purges every dirty page; after
+ *      each reap it collapses dense huge pages (hugepage.c theory 3). Small programs never get
+ *      the thread (a thread of its own can surprise a program: unshare(CLONE_NEWUSER) needs a
+ *      single-threaded process), nor does the child of a multithreaded fork; option reaper=0
+ *      keeps it away altogether. cache_trim gives back everything free at once; cache_reclaim,
+ *      after an allocation found no memory, gives back every cached object and wholly free span
+ *      for one more try.
  *   4. Object-cache ids index the threads' slot tables (mag_slots.c); ids are reused after destroy.
  *   Lock order: the one list in fork.c.
  */
 #include "caches.h"
 #include "depot.h"
 #include "export.h"
+#include "hugepage.h"
 #include "init.h"
 #include "mag.h"
 #include "meta.h"
@@ -68,7 +71,7 @@ static size_t cache_reap(bool everything, size_t keep_dirty) {
   for (cache_t *cp = cache_list; cp; cp = cp->next)
     depot_reap(cp, everything);
   lock_release(&cache_list_lock);
-  return vmem_reap(&heap_arena, keep_dirty, everything);
+  return hugepage_reap(keep_dirty, everything);
 }
 
 static void *reaper_main(void *arg) {
@@ -78,6 +81,7 @@ static void *reaper_main(void *arg) {
     uint64_t now = os_now_ns(), quiet = now - __atomic_load_n(&cache_last_slow, __ATOMIC_RELAXED);
     bool idle = quiet > (uint64_t)opt.reap_ms * 1000000u * REAPER_IDLE_TICKS;
     cache_reap(false, idle ? 0 : opt.retain);
+    hugepage_tick();
   }
   return NULL;
 }
@@ -238,6 +242,7 @@ void cache_fork_prepare(void) {
   lock_acquire(&cache_list_lock);
   mag_fork_prepare();
   cache_for_all(cache_lock_one);
+  lock_acquire(&slab_arena.lock);
   lock_acquire(&heap_arena.lock);
   meta_fork_prepare();
 }
@@ -245,6 +250,7 @@ void cache_fork_prepare(void) {
 void cache_fork_parent(void) {
   meta_fork_parent();
   lock_release(&heap_arena.lock);
+  lock_release(&slab_arena.lock);
   cache_for_all(cache_unlock_one);
   mag_fork_parent();
   lock_release(&cache_list_lock);
@@ -253,6 +259,7 @@ void cache_fork_parent(void) {
 void cache_fork_child(void) {
   meta_fork_child();
   lock_init(&heap_arena.lock);
+  lock_init(&slab_arena.lock);
   cache_for_all(cache_init_locks);
   /* Threads are not copied by fork. The child of a multithreaded process may only call
      async-signal-safe functions until it execs (POSIX; ThreadSanitizer kills it otherwise), so

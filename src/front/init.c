@@ -22,6 +22,7 @@
 #include "caches.h"
 #include "debug.h"
 #include "fork.h"
+#include "hugepage.h"
 #include "mag.h"
 #include "options.h"
 #include "os.h"
@@ -42,8 +43,9 @@ static bool init_had_environ;
 
 extern char **environ;
 
-static void *heap_import(void *source, size_t size, size_t align) {
+static void *heap_import(void *source, size_t size, size_t align, bool *clean) {
   (void)source;
+  *clean = true;
   return os_map_aligned(size, align);
 }
 
@@ -86,6 +88,7 @@ void magpie_init(void) {
             SC_SPAN_MAX);
   heap_arena.retain = heap_retain();
   heap_arena.remap = heap_remap;
+  hugepage_init();
   cache_init();
   mag_init();
   init_here = 0;
@@ -98,6 +101,7 @@ __attribute__((constructor)) static void magpie_constructor(void) {
     init_had_environ = true;
     options_init();
     heap_arena.retain = heap_retain();
+    hugepage_options();
   }
   if (debug_on || (opt.stats != OPT_STATS_OFF && !opt.stats_file[0])) report_keep_stderr();
   fork_handlers_register();

@@ -17,6 +17,7 @@
 #include "cache.h"
 #include "debug.h"
 #include "export.h"
+#include "hugepage.h"
 #include "large.h"
 #include "mag.h"
 #include "options.h"
@@ -104,6 +105,25 @@ static void cache_figures(cache_t *cp, cache_figures_t *f) {
   lock_release(&cp->depot.lock);
 }
 
+/* The huge-page block (hugepage.c): the choice, the kernel's mode and what came of them. */
+static void stats_hugepages(report_buf_t *b, bool json) {
+  hugepage_stats_t h;
+  hugepage_stats(&h);
+  report_str(b, json ? ",\"hugepages\":{\"mode\":\"" : "  huge pages (hugepages=");
+  report_str(b, h.mode);
+  report_str(b, json ? "\",\"thp\":\"" : ", kernel THP ");
+  report_str(b, h.thp);
+  report_str(b, json ? "\"" : ")\n");
+  stats_field(b, "on", h.on, json);
+  stats_field(b, "huge_bytes", h.huge_bytes, json);
+  stats_field(b, "slab_bytes", h.slab_bytes, json);
+  stats_field(b, "partial_free_bytes", h.partial_free_bytes, json);
+  stats_field(b, "collapses", h.collapses, json);
+  stats_field(b, "collapse_failures", h.collapse_failures, json);
+  stats_field(b, "subreleases", h.subreleases, json);
+  if (json) report_str(b, "}");
+}
+
 void stats_write(int fd, int format) {
   bool json = format == MAGPIE_STATS_JSON;
   report_buf_t b = {.to_fd = true, .fd = fd};
@@ -172,12 +192,15 @@ void stats_write(int fd, int format) {
     report_dec(&b, s.large_allocs);
     stats_field(&b, "frees", s.large_frees, true);
     stats_field(&b, "live_bytes", s.large_live_bytes, true);
-    report_str(&b, "}}\n");
+    report_str(&b, "}");
+    stats_hugepages(&b, true);
+    report_str(&b, "}\n");
   } else {
     report_str(&b, "  large blocks\n");
     stats_field(&b, "allocs", s.large_allocs, false);
     stats_field(&b, "frees", s.large_frees, false);
     stats_field(&b, "live_bytes", s.large_live_bytes, false);
+    stats_hugepages(&b, false);
   }
   report_flush(&b);
 }

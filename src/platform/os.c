@@ -89,18 +89,25 @@ void *os_map(size_t size) {
   return p;
 }
 
-void *os_map_aligned(size_t size, size_t align) {
-  if (align <= OS_PAGE) return os_map(size);
-  if (size + align < size) return NULL;
-  char *raw = mmap(NULL, size + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+/* Maps size + extra bytes (extra: enough that an aligned start fits), keeps the size bytes from
+   the first multiple of align, and unmaps the ends. */
+static void *os_map_trimmed(size_t size, size_t extra, size_t align, int flags) {
+  if (size + extra < size) return NULL;
+  char *raw =
+      mmap(NULL, size + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
   if (raw == MAP_FAILED) return NULL;
   uintptr_t start = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
-  size_t head = start - (uintptr_t)raw, tail = align - head;
+  size_t head = start - (uintptr_t)raw, tail = extra - head;
   if (head) munmap(raw, head);
   if (tail) munmap((char *)start + size, tail);
   os_account((ptrdiff_t)size);
   os_track_add(start, start + size);
   return (void *)start;
+}
+
+void *os_map_aligned(size_t size, size_t align) {
+  if (align <= OS_PAGE) return os_map(size);
+  return os_map_trimmed(size, align, align, 0);
 }
 
 void os_unmap(void *p, size_t size) {
@@ -124,6 +131,23 @@ void os_purge(void *p, size_t size) {
 
 int os_populate(void *p, size_t size) {
   return madvise(p, size, MADV_POPULATE_WRITE) == 0 ? 0 : errno; /* Linux 5.14 */
+}
+
+void os_advise_huge(void *p, size_t size, bool huge) {
+  madvise(p, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+}
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1 */
+#endif
+
+bool os_collapse(void *p, size_t size) {
+  return madvise(p, size, MADV_COLLAPSE) == 0;
+}
+
+void *os_map_hugetlb(size_t size, size_t align) {
+  if (align < OS_HUGE) align = OS_HUGE; /* hugetlb mappings are aligned to OS_HUGE already */
+  return os_map_trimmed(size, align - OS_HUGE, align, MAP_HUGETLB | (21 << MAP_HUGE_SHIFT));
 }
 
 bool os_protect(void *p, size_t size, bool accessible) {
@@ -392,9 +416,9 @@ static void os_proc_path(char *path, int pid, const char *file) {
   strcat(path, file);
 }
 
-void os_maps_each(int pid, os_maps_fn *fn, void *ctx) {
-  char path[48];
-  os_proc_path(path, pid, "maps");
+/* Calls fn on each line of a /proc file (NUL-terminated, without its newline), read through a
+   fixed buffer; a line longer than the buffer is dropped. */
+static void os_each_line(const char *path, void (*fn)(const char *line, void *arg), void *arg) {
   int fd = os_open(path, O_RDONLY, 0);
   if (fd < 0) return;
   char buf[4096];
@@ -407,19 +431,37 @@ void os_maps_each(int pid, os_maps_fn *fn, void *ctx) {
     char *line = buf, *nl;
     while ((nl = strchr(line, '\n')) != NULL) {
       *nl = '\0';
-      const char *s = line;
-      uintptr_t lo = parse_hex(&s), hi = 0;
-      if (*s == '-') s++, hi = parse_hex(&s);
-      while (*s == ' ')
-        s++;
-      fn(ctx, lo, hi, s);
+      fn(line, arg);
       line = nl + 1;
     }
     have -= (size_t)(line - buf);
     memmove(buf, line, have);
-    if (have == sizeof buf - 1) have = 0; /* a line longer than the buffer: drop it */
+    if (have == sizeof buf - 1) have = 0;
   }
   os_close(fd);
+}
+
+typedef struct os_maps_walk {
+  os_maps_fn *fn;
+  void *ctx;
+} os_maps_walk_t;
+
+/* A maps line "lo-hi rest" to fn(ctx, lo, hi, rest). */
+static void os_maps_line(const char *line, void *arg) {
+  os_maps_walk_t *w = arg;
+  const char *s = line;
+  uintptr_t lo = parse_hex(&s), hi = 0;
+  if (*s == '-') s++, hi = parse_hex(&s);
+  while (*s == ' ')
+    s++;
+  w->fn(w->ctx, lo, hi, s);
+}
+
+void os_maps_each(int pid, os_maps_fn *fn, void *ctx) {
+  char path[48];
+  os_proc_path(path, pid, "maps");
+  os_maps_walk_t w = {fn, ctx};
+  os_each_line(path, os_maps_line, &w);
 }
 
 typedef struct mappings_query {
@@ -596,6 +638,57 @@ bool os_pid_env_has(int pid, const char *name_eq) {
     }
   os_close(fd);
   return found;
+}
+
+typedef struct os_huge_query {
+  bool (*mine)(uintptr_t lo, uintptr_t hi);
+  uintptr_t lo, hi; /* the mapping whose fields follow */
+  int mine_here;    /* -1: not asked yet (mine is asked only of mappings with huge pages) */
+  size_t bytes;
+} os_huge_query_t;
+
+static bool os_field(const char **s, const char *name) {
+  size_t n = strlen(name);
+  if (strncmp(*s, name, n) != 0) return false;
+  *s += n;
+  while (**s == ' ')
+    (*s)++;
+  return true;
+}
+
+static void os_huge_line(const char *line, void *arg) {
+  os_huge_query_t *q = arg;
+  const char *s = line;
+  uintptr_t lo = parse_hex(&s);
+  if (*s == '-' && s > line) { /* a mapping's header: "lo-hi perms ..." */
+    s++;
+    q->lo = lo;
+    q->hi = parse_hex(&s);
+    q->mine_here = -1;
+    return;
+  }
+  s = line;
+  if (!os_field(&s, "AnonHugePages:") && !os_field(&s, "Private_Hugetlb:") &&
+      !os_field(&s, "Shared_Hugetlb:"))
+    return;
+  size_t kib = (size_t)os_parse_ulong(&s);
+  if (kib && q->mine_here < 0) q->mine_here = q->mine(q->lo, q->hi);
+  if (kib && q->mine_here) q->bytes += kib << 10;
+}
+
+size_t os_huge_bytes(bool (*mine)(uintptr_t lo, uintptr_t hi)) {
+  os_huge_query_t q = {mine, 0, 0, -1, 0};
+  os_each_line("/proc/self/smaps", os_huge_line, &q);
+  return q.bytes;
+}
+
+int os_thp_mode(void) {
+  char buf[128];
+  if (os_read_file("/sys/kernel/mm/transparent_hugepage/enabled", buf, sizeof buf) <= 0)
+    return OS_THP_NONE;
+  return strstr(buf, "[always]")    ? OS_THP_ALWAYS
+         : strstr(buf, "[madvise]") ? OS_THP_MADVISE
+                                    : OS_THP_NEVER;
 }
 
 bool os_resident(uintptr_t addr, size_t len) {

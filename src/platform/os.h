@@ -23,6 +23,20 @@ void os_purge(void *p, size_t size); /* contents become zero, pages go back to t
 /* Maps the range's pages now (their contents stay): 0, or the errno of MADV_POPULATE_WRITE
    (EINVAL before Linux 5.14, where nothing is done; ENOMEM or EFAULT short of memory). */
 int os_populate(void *p, size_t size);
+#define OS_HUGE ((size_t)2 << 20) /* a transparent huge page (x86-64, arm64 with 4 KiB pages) */
+/* Marks a range for huge pages at fault time and for khugepaged (MADV_HUGEPAGE), or against
+   them (MADV_NOHUGEPAGE). */
+void os_advise_huge(void *p, size_t size, bool huge);
+/* Puts a range's resident pages on huge pages now (MADV_COLLAPSE, synchronous); false if not. */
+bool os_collapse(void *p, size_t size);
+/* A mapping on the kernel's reserved 2 MiB hugetlb pages (size a multiple of OS_HUGE), aligned
+   to align; NULL if too few are reserved. os_unmap gives it back. */
+void *os_map_hugetlb(size_t size, size_t align);
+enum { OS_THP_NONE, OS_THP_NEVER, OS_THP_MADVISE, OS_THP_ALWAYS };
+int os_thp_mode(void); /* the kernel's transparent huge page mode (sysfs), read now */
+/* Bytes on huge pages (transparent or hugetlb) in the mappings for which mine(lo, hi) holds,
+   from one read of /proc/self/smaps. mine is called without any lock of os.c held. */
+size_t os_huge_bytes(bool (*mine)(uintptr_t lo, uintptr_t hi));
 /* Makes pages readable and writable, or inaccessible (guard pages); false on failure. */
 bool os_protect(void *p, size_t size, bool accessible);
 size_t os_mapped_bytes(void);

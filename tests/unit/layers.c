@@ -23,6 +23,7 @@
 #include "mag.h"
 #include "magpie.h"
 #include "os.h"
+#include "hugepage.h"
 #include "slab.h"
 #include "slabs.h"
 #include "unit.h"
@@ -296,7 +297,7 @@ int main(int argc, char **argv) {
   magpie_trim();
   for (unsigned c = 1; c <= SC_COUNT; c++)
     slab_check(&malloc_caches[c]);
-  UCHECK(unit_total_slabs() == 0 && heap_arena.in_use == 0);
+  UCHECK(unit_total_slabs() == 0 && slab_arena.in_use == 0 && heap_arena.in_use == 0);
 
   /* 2. producer/consumer: the consumer's magazines go to the depot when it exits */
   for (int i = 0; i < HANDOFF; i++) {

@@ -25,8 +25,9 @@ typedef struct fake_parent {
   size_t imported, released;
 } fake_parent_t;
 
-static void *fake_import(void *source, size_t size, size_t align) {
+static void *fake_import(void *source, size_t size, size_t align, bool *clean) {
   fake_parent_t *f = source;
+  *clean = true;
   uintptr_t start = (f->bump + align - 1) & ~(uintptr_t)(align - 1);
   if (start + size > f->base + REGION || f->nspans == SPANS_MAX) return NULL;
   f->bump = start + size;
@@ -53,7 +54,8 @@ static void *fake_remap(void *source, void *addr, size_t old_size, size_t new_si
   while (i < f->nspans && f->spans[i].start != (uintptr_t)addr)
     i++;
   UCHECK(i < f->nspans && f->spans[i].size == old_size);
-  void *moved = fake_import(source, new_size, OS_PAGE);
+  bool clean;
+  void *moved = fake_import(source, new_size, OS_PAGE, &clean);
   if (!moved) return NULL;
   memcpy(moved, addr, old_size < new_size ? old_size : new_size);
   f->imported -= new_size; /* the import above was a move, not a new span */
@@ -71,6 +73,52 @@ typedef struct block {
 static void stamp(block_t *b) {
   b->p[0] = b->stamp;
   b->p[b->size - 1] = b->stamp;
+}
+
+/* A packing arena (the slab arena's shape: spans of one 2 MiB huge page): new allocations go to
+   the fullest span, a span's bytes in use are counted, a wholly free span goes back at once. */
+#define PACK_SPAN ((size_t)2 << 20)
+#define PACK_BLOCK ((size_t)64 << 10)
+#define PACK_PER_SPAN (PACK_SPAN / PACK_BLOCK)
+
+static void pack_test(fake_parent_t *parent) {
+  static vmem_t vm;
+  static void *blocks[4 * PACK_PER_SPAN];
+  bool clean;
+  vmem_init(&vm, "pack", OS_PAGE, fake_import, fake_release, parent, PACK_SPAN, PACK_SPAN);
+  vm.pack = true;
+  for (size_t i = 0; i < 4 * PACK_PER_SPAN; i++) { /* four full spans */
+    blocks[i] = vmem_alloc(&vm, PACK_BLOCK, PACK_BLOCK, 0, &clean);
+    UCHECK(blocks[i] != NULL);
+  }
+  vmem_check(&vm);
+  UCHECK(vm.imported == 4 * PACK_SPAN && parent->nspans == 4);
+  /* Free a quarter of span 0, half of span 1, all but one block of span 2 (largest holes
+     first: first fit would reuse span 2's), and the whole of span 3: span 3 goes back. */
+  size_t freed[4] = {PACK_PER_SPAN / 4, PACK_PER_SPAN / 2, PACK_PER_SPAN - 1, PACK_PER_SPAN};
+  for (size_t sp = 0; sp < 4; sp++)
+    for (size_t i = 0; i < freed[sp]; i++)
+      vmem_free(&vm, blocks[sp * PACK_PER_SPAN + (PACK_PER_SPAN - 1 - i)], PACK_BLOCK);
+  vmem_reap(&vm, SIZE_MAX, false); /* empties the quantum caches, purges nothing */
+  vmem_check(&vm);
+  UCHECK(vm.imported == 3 * PACK_SPAN && parent->nspans == 3); /* span 3 went back whole */
+  /* Refill: the holes of span 0 (the fullest) fill first, then span 1's, then span 2's. */
+  uintptr_t base[3];
+  for (size_t sp = 0; sp < 3; sp++)
+    base[sp] = (uintptr_t)blocks[sp * PACK_PER_SPAN];
+  for (size_t sp = 0; sp < 3; sp++)
+    for (size_t i = 0; i < freed[sp]; i++) {
+      uintptr_t p = (uintptr_t)vmem_alloc(&vm, PACK_BLOCK, PACK_BLOCK, 0, &clean);
+      UCHECK(p >= base[sp] && p < base[sp] + PACK_SPAN);
+      blocks[sp * PACK_PER_SPAN + (PACK_PER_SPAN - 1 - i)] = (void *)p;
+    }
+  vmem_check(&vm);
+  UCHECK(vm.imported == 3 * PACK_SPAN && vm.in_use == 3 * PACK_SPAN);
+  for (size_t i = 0; i < 3 * PACK_PER_SPAN; i++)
+    vmem_free(&vm, blocks[i], PACK_BLOCK);
+  vmem_reap(&vm, SIZE_MAX, false);
+  vmem_check(&vm);
+  UCHECK(vm.imported == 0 && vm.in_use == 0 && parent->nspans == 0);
 }
 
 int main(void) {
@@ -154,6 +202,7 @@ int main(void) {
   vmem_free(&vm, b, 3 * OS_PAGE);
   vmem_reap(&vm, 0, true);
   UCHECK(vm.imported == 0 && parent.nspans == 0);
+  pack_test(&parent);
   printf("vmem: ok (peak %zu bytes imported for %zu in use)\n", peak_imported, peak_in_use);
   return 0;
 }

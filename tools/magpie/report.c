@@ -151,6 +151,15 @@ static void report_text(const run_result_t *r, const stats_t *st, const char *mi
     fprintf(stderr, "  large allocations: %s allocs, %s frees\n",
             fmt_count(st->large_allocs, a, sizeof a), fmt_count(st->large_frees, f, sizeof f));
   }
+  if (st->seen & SEEN_HUGEPAGES) {
+    char exact[160];
+    snprintf(exact, sizeof exact, "hugepages=%s, kernel THP %s; of %s in slab huge pages",
+             st->hp_mode, st->hp_thp, fmt_bytes(st->hp_slab_bytes, b, sizeof b));
+    report_line("on huge pages", fmt_bytes(st->hp_huge_bytes, h, sizeof h), exact);
+    snprintf(exact, sizeof exact, "%s collapses, %s subreleases",
+             fmt_count(st->hp_collapses, h, sizeof h), fmt_count(st->hp_subreleases, b, sizeof b));
+    report_line("huge page work", "", exact);
+  }
   if (st->version != 1)
     fprintf(stderr, "  (stats format %llu; this magpie knows format 1)\n",
             (unsigned long long)st->version);

@@ -67,6 +67,17 @@ static int large_member(scan_t *s, const char *key, void *ctx) {
   return scan_skip_value(s, 2);
 }
 
+static int hugepages_member(scan_t *s, const char *key, void *ctx) {
+  stats_t *st = ctx;
+  if (strcmp(key, "mode") == 0) return scan_string(s, st->hp_mode, sizeof st->hp_mode);
+  if (strcmp(key, "thp") == 0) return scan_string(s, st->hp_thp, sizeof st->hp_thp);
+  if (strcmp(key, "huge_bytes") == 0) return scan_u64(s, &st->hp_huge_bytes);
+  if (strcmp(key, "slab_bytes") == 0) return scan_u64(s, &st->hp_slab_bytes);
+  if (strcmp(key, "collapses") == 0) return scan_u64(s, &st->hp_collapses);
+  if (strcmp(key, "subreleases") == 0) return scan_u64(s, &st->hp_subreleases);
+  return scan_skip_value(s, 2);
+}
+
 static int top_member(scan_t *s, const char *key, void *ctx) {
   stats_t *st = ctx;
   for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
@@ -83,6 +94,10 @@ static int top_member(scan_t *s, const char *key, void *ctx) {
   if (strcmp(key, "large") == 0) {
     st->seen |= SEEN_LARGE;
     return scan_object(s, 1, large_member, st, NULL, NULL);
+  }
+  if (strcmp(key, "hugepages") == 0) {
+    st->seen |= SEEN_HUGEPAGES;
+    return scan_object(s, 1, hugepages_member, st, NULL, NULL);
   }
   return scan_skip_value(s, 1);
 }

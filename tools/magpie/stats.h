@@ -27,12 +27,17 @@ enum {
   SEEN_CLASSES = 1 << 8,
   SEEN_LARGE = 1 << 9,
   SEEN_PID = 1 << 10,
+  SEEN_HUGEPAGES = 1 << 11,
 };
 
 typedef struct {
   unsigned seen; /* SEEN_* bits */
   uint64_t version, pid, allocs, frees, bytes_requested, live_bytes, peak_live_bytes;
   uint64_t mapped_bytes, peak_mapped_bytes, large_allocs, large_frees;
+  /* "hugepages": the option as used, the kernel's THP mode, heap bytes on huge pages, bytes in
+     slab huge pages, collapses and subreleases */
+  char hp_mode[16], hp_thp[16];
+  uint64_t hp_huge_bytes, hp_slab_bytes, hp_collapses, hp_subreleases;
   class_stat_t *classes; /* "classes", in file order; malloc'd */
   size_t nclasses, cap;
   size_t nmembers; /* members of the top-level object */

@@ -1,0 +1,224 @@
+/*
+ * Huge pages for the heap (issue 14; src/core/hugepage.c), on the kernel's transparent huge pages.
+ * One check per argument, each run under the MAGPIE_OPTIONS that tests/api/CMakeLists.txt sets:
+ *   always      hugepages=always: a dense heap of small blocks lies >= 90% on huge pages.
+ *   never       hugepages=never: the same heap maps no huge page (THP madvise mode only: under
+ *               "always" the kernel gives huge pages without being asked).
+ *   collapse    hugepages=auto,hugepages_min=16m: the huge pages faulted on 4 KiB pages before
+ *               the heap reached 16 MiB are collapsed by the reaper thread (every 20 ms here),
+ *               so the heap ends up >= 90% on huge pages all the same.
+ *   subrelease  hugepages=always: with a few blocks left in each huge page, malloc_trim purges
+ *               the free pages inside them (subrelease, counted in the stats) and marks those
+ *               huge pages MADV_NOHUGEPAGE (VmFlags "nh"), so khugepaged does not fill them again.
+ *   hugetlb     runs itself with hugepages=hugetlb where the kernel has no hugetlb pages
+ *               reserved: magpie warns, naming the option, and goes on with hugepages=auto.
+ * Without THP (madvise or always) the test is skipped.
+ */
+#include "check.h"
+#include "magpie.h"
+
+#include <malloc.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define HEAP (96 * MiB)
+#define BLOCK 64
+#define BLOCKS (HEAP / BLOCK)
+#define WINDOW (256 * KiB) /* subrelease: one block kept per window */
+
+static void *blocks[BLOCKS];
+
+/* A file's first line into buf ("" when it cannot be read). */
+static void read_line(const char *path, char *buf, size_t cap) {
+  buf[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  if (!fgets(buf, (int)cap, f)) buf[0] = '\0';
+  fclose(f);
+}
+
+/* The sum of a /proc/self/smaps_rollup field, in bytes. */
+static size_t rollup_bytes(const char *field) {
+  char line[256];
+  size_t kib = 0, n = strlen(field);
+  FILE *f = fopen("/proc/self/smaps_rollup", "r");
+  REQUIRE(f != NULL);
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, field, n) == 0) kib = strtoul(line + n, NULL, 10);
+  fclose(f);
+  return kib << 10;
+}
+
+/* The VmFlags line of the mapping holding addr, from /proc/self/smaps. */
+static void vmflags_of(uintptr_t addr, char *out, size_t cap) {
+  char line[512];
+  bool here = false;
+  out[0] = '\0';
+  FILE *f = fopen("/proc/self/smaps", "r");
+  REQUIRE(f != NULL);
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+      here = addr >= lo && addr < hi;
+    else if (here && strncmp(line, "VmFlags:", 8) == 0)
+      snprintf(out, cap, "%s", line);
+  }
+  fclose(f);
+}
+
+/* magpie's JSON statistics, read through a pipe (a static buffer). */
+static const char *stats_json(void) {
+  static char json[1 << 16];
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  REQUIRE(magpie_stats_write(fds[1], MAGPIE_STATS_JSON) == 0);
+  close(fds[1]);
+  ssize_t n, have = 0;
+  while ((n = read(fds[0], json + have, sizeof json - 1 - (size_t)have)) > 0)
+    have += n;
+  close(fds[0]);
+  json[have] = '\0';
+  return json;
+}
+
+/* A number from the JSON statistics ("key":N). */
+static uint64_t stats_number(const char *key) {
+  char pattern[64];
+  snprintf(pattern, sizeof pattern, "\"%s\":", key);
+  const char *at = strstr(stats_json(), pattern);
+  REQUIRE(at != NULL);
+  return strtoull(at + strlen(pattern), NULL, 10);
+}
+
+static void fill_heap(void) {
+  for (size_t i = 0; i < BLOCKS; i++) {
+    blocks[i] = malloc(BLOCK);
+    REQUIRE(blocks[i] != NULL);
+    memset(blocks[i], (int)(i & 0xff), BLOCK);
+  }
+}
+
+static void check_always(void) {
+  fill_heap();
+  size_t huge = rollup_bytes("AnonHugePages:");
+  NOTE("%zu MiB of a %zu MiB heap on huge pages", huge >> 20, (size_t)HEAP >> 20);
+  CHECK(huge >= HEAP / 10 * 9);
+  CHECK(stats_number("huge_bytes") >= HEAP / 10 * 9);
+}
+
+static void check_collapse(void) {
+  fill_heap();
+  size_t huge = 0;
+  for (int wait = 0; wait < 100 && huge < HEAP / 10 * 9; wait++) { /* up to 5 s */
+    usleep(50 * 1000);
+    huge = rollup_bytes("AnonHugePages:");
+  }
+  NOTE("%zu MiB of a %zu MiB heap on huge pages", huge >> 20, (size_t)HEAP >> 20);
+  CHECK(huge >= HEAP / 10 * 9);
+  CHECK(stats_number("collapses") > 0);
+}
+
+static void check_never(void) {
+  fill_heap();
+  CHECK(rollup_bytes("AnonHugePages:") == 0);
+  CHECK(stats_number("huge_bytes") == 0);
+}
+
+static void check_subrelease(void) {
+  fill_heap();
+  uintptr_t lo = UINTPTR_MAX, kept = 0;
+  for (size_t i = 0; i < BLOCKS; i++)
+    if ((uintptr_t)blocks[i] < lo) lo = (uintptr_t)blocks[i];
+  static unsigned char window_kept[(HEAP * 4) / WINDOW];
+  for (size_t i = 0; i < BLOCKS; i++) {
+    size_t w = ((uintptr_t)blocks[i] - lo) / WINDOW;
+    if (w < sizeof window_kept && !window_kept[w]) {
+      window_kept[w] = 1;
+      kept = (uintptr_t)blocks[i];
+      continue;
+    }
+    free(blocks[i]);
+  }
+  size_t rss_before = rollup_bytes("Rss:");
+  malloc_trim(0);
+  size_t rss_after = rollup_bytes("Rss:");
+  char flags[512];
+  vmflags_of(kept, flags, sizeof flags);
+  NOTE("RSS %zu -> %zu MiB; kept block %#lx: %s", rss_before >> 20, rss_after >> 20,
+       (unsigned long)kept, flags);
+  CHECK(stats_number("subreleases") > 0);
+  CHECK(strstr(flags, " nh") != NULL);
+  CHECK(rss_after < rss_before / 2);
+}
+
+static void check_hugetlb_fallback(char *self) {
+  char reserved[64];
+  read_line("/proc/sys/vm/nr_hugepages", reserved, sizeof reserved);
+  if (atoi(reserved) > 0) {
+    printf("SKIPPED: hugepages: hugetlb pages are reserved here, there is no fallback to see\n");
+    exit(77);
+  }
+  int err[2];
+  REQUIRE(pipe(err) == 0);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    dup2(err[1], 2);
+    setenv("MAGPIE_OPTIONS", "hugepages=hugetlb", 1);
+    execl(self, self, "hugetlb-child", (char *)NULL);
+    _exit(127);
+  }
+  close(err[1]);
+  static char out[1 << 14];
+  ssize_t n, have = 0;
+  while ((n = read(err[0], out + have, sizeof out - 1 - (size_t)have)) > 0)
+    have += n;
+  out[have] = '\0';
+  int status;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  NOTE("child's stderr: %s", out);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(strstr(out, "hugepages=hugetlb") != NULL && strstr(out, "hugepages=auto") != NULL);
+}
+
+/* Under hugepages=hugetlb with none reserved: magpie works, as hugepages=auto. */
+static void check_hugetlb_child(void) {
+  void *p = malloc(100);
+  REQUIRE(p != NULL);
+  free(p);
+  CHECK(strstr(stats_json(), "\"mode\":\"auto\"") != NULL);
+}
+
+int main(int argc, char **argv) {
+  api_begin("hugepages");
+  const char *what = argc > 1 ? argv[1] : "";
+  char thp[128];
+  read_line("/sys/kernel/mm/transparent_hugepage/enabled", thp, sizeof thp);
+  bool madvise = strstr(thp, "[madvise]") != NULL, usable = madvise || strstr(thp, "[always]");
+  if (strcmp(what, "hugetlb-child") == 0) {
+    check_hugetlb_child();
+    return api_end();
+  }
+  if (strcmp(what, "hugetlb") == 0) {
+    check_hugetlb_fallback(argv[0]);
+    return api_end();
+  }
+  if (!usable || (strcmp(what, "never") == 0 && !madvise)) {
+    printf("SKIPPED: hugepages %s: transparent huge pages are \"%s\" here\n", what,
+           thp[0] ? strtok(thp, "\n") : "absent");
+    return 77;
+  }
+  if (strcmp(what, "always") == 0)
+    check_always();
+  else if (strcmp(what, "never") == 0)
+    check_never();
+  else if (strcmp(what, "collapse") == 0)
+    check_collapse();
+  else if (strcmp(what, "subrelease") == 0)
+    check_subrelease();
+  else
+    REQUIRE(!"argument: always, never, collapse, subrelease or hugetlb");
+  return api_end();
+}
