@@ -23,6 +23,7 @@
 #include "debug.h"
 #include "fork.h"
 #include "mag.h"
+#include "memcheck_mode.h"
 #include "options.h"
 #include "os.h"
 #include "report.h"
@@ -44,7 +45,9 @@ extern char **environ;
 
 static void *heap_import(void *source, size_t size, size_t align) {
   (void)source;
-  return os_map_aligned(size, align);
+  void *p = os_map_aligned(size, align);
+  if (p && memcheck_on) memcheck_heap_mapped(p, size);
+  return p;
 }
 
 static void heap_release(void *source, void *addr, size_t size) {
@@ -54,7 +57,10 @@ static void heap_release(void *source, void *addr, size_t size) {
 
 static void *heap_remap(void *source, void *addr, size_t old_size, size_t new_size) {
   (void)source;
-  return os_remap(addr, old_size, new_size);
+  void *p = os_remap(addr, old_size, new_size);
+  if (p && memcheck_on && new_size > old_size)
+    memcheck_heap_mapped((char *)p + old_size, new_size - old_size);
+  return p;
 }
 
 /* The free bytes the heap may hold before a free releases a whole span: twice `retain`, which
@@ -80,6 +86,7 @@ void magpie_init(void) {
   options_init();
   const char *debug = options_getenv("MAGPIE_DEBUG");
   if (debug && *debug) debug_init(debug);
+  memcheck_init();
   sc_init();
   mag_secret = (uintptr_t)os_random() | 1; /* never 0: a zeroed word must not look freed */
   vmem_init(&heap_arena, "heap", OS_PAGE, heap_import, heap_release, NULL, HEAP_IMPORT,
@@ -106,4 +113,5 @@ __attribute__((constructor)) static void magpie_constructor(void) {
 __attribute__((destructor)) static void magpie_destructor(void) {
   if (debug_on) debug_at_exit();
   stats_at_exit();
+  memcheck_at_exit();
 }

@@ -27,6 +27,7 @@
  */
 #define _GNU_SOURCE
 #include "os.h"
+#include "vg_requests.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -57,6 +58,7 @@ extern const ptrdiff_t __rseq_offset __attribute__((weak));
 static size_t os_mapped;     /* bytes mapped now (atomic) */
 static size_t os_mapped_max; /* high-water mark of os_mapped (atomic) */
 static unsigned os_ncpu = 1; /* set once by os_init */
+static bool os_hiding;       /* os_map_metadata hides from memcheck (os_hide_metadata) */
 
 static void os_account(ptrdiff_t delta) {
   size_t now = __atomic_add_fetch(&os_mapped, (size_t)delta, __ATOMIC_RELAXED);
@@ -71,6 +73,20 @@ void *os_map(size_t size) {
   if (p == MAP_FAILED) return NULL;
   os_account((ptrdiff_t)size);
   return p;
+}
+
+void os_hide_metadata(void) {
+  os_hiding = true;
+}
+
+void *os_map_metadata(size_t size) {
+  void *p = os_map(size);
+  if (p && os_hiding) vg_hide(p, size);
+  return p;
+}
+
+void os_show_metadata(void) {
+  if (os_hiding) vg_unhide((void *)OS_PAGE, ((uintptr_t)1 << 47) - OS_PAGE);
 }
 
 void *os_map_aligned(size_t size, size_t align) {
@@ -88,6 +104,7 @@ void *os_map_aligned(size_t size, size_t align) {
 
 void os_unmap(void *p, size_t size) {
   if (munmap(p, size) != 0) os_fatal("munmap of a range magpie mapped failed");
+  if (os_hiding) vg_unhide(p, size); /* the range may be mapped again for the heap */
   os_account(-(ptrdiff_t)size);
 }
 

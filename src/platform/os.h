@@ -14,7 +14,14 @@ void os_init(void);
 /* An error magpie cannot go on from, below where reports can be written (diag/report.h):
    "magpie: fatal: what" on stderr, then abort. */
 __attribute__((noreturn)) void os_fatal(const char *what);
-void *os_map(size_t size);                       /* zeroed, page aligned; NULL on failure */
+void *os_map(size_t size); /* zeroed, page aligned; NULL on failure */
+/* Memcheck mode (vg_requests.h): from os_hide_metadata on, os_map_metadata's memory is hidden
+   from memcheck: inaccessible, so its leak search finds no block address there, and accesses
+   to it are not reported; os_show_metadata, at exit, has them reported again (memcheck warns
+   of ranges left unreported) while the leak search still skips them. Otherwise os_map. */
+void os_hide_metadata(void);
+void *os_map_metadata(size_t size);
+void os_show_metadata(void);
 void *os_map_aligned(size_t size, size_t align); /* align: a power of two >= OS_PAGE */
 void os_unmap(void *p, size_t size);
 /* Resizes a mapping, moving it if it must (page tables move, not bytes); NULL on failure. */
