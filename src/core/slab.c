@@ -27,6 +27,7 @@
  *   Lock order: fork.c's list (slab_lock, then the heap arena's lock, then metadata pools).
  */
 #include "slab.h"
+#include "san_hooks.h"
 #include "meta.h"
 #include "pagemap.h"
 #include "report.h"
@@ -164,6 +165,9 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
   }
   cp->slab_objects_out += got;
   lock_release(&cp->slab_lock);
+  if (san_poisons()) /* a sanitized program's objects are poisoned while here (san_hooks.h) */
+    for (unsigned i = 0; i < got; i++)
+      san_unpoison(out[i], cp->size);
   if (cp->ctor)
     for (unsigned i = 0; i < got; i++)
       if (cp->ctor(out[i], cp->arg, 0) != 0) {
@@ -177,6 +181,9 @@ void slab_free(cache_t *cp, void **objs, unsigned n) {
   if (cp->dtor)
     for (unsigned i = 0; i < n; i++)
       cp->dtor(objs[i], cp->arg);
+  if (san_poisons())
+    for (unsigned i = 0; i < n; i++)
+      san_poison(objs[i], cp->size);
   slab_return(cp, objs, n);
 }
 

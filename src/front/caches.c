@@ -31,6 +31,7 @@
 #include "os.h"
 #include "pagemap.h"
 #include "report.h"
+#include "san_hooks.h"
 #include "slab.h"
 
 #include <errno.h>
@@ -175,6 +176,11 @@ MAGPIE_EXPORT void *magpie_cache_alloc(magpie_cache_t *cache, int flags) {
     memcheck_loud();
     memcheck_served(obj, cp->object_size, true); /* constructed: defined */
   }
+  if (obj && san_poisons()) { /* the stride's end, past the size asked for, stays poisoned */
+    san_poison(obj, cp->size);
+    san_unpoison(obj, cp->object_size);
+  }
+  if (obj) san_handed_out(obj);
   if (!obj) {
     if (flags & MAGPIE_NOFAIL)
       report_fatal("magpie_cache_alloc failed with MAGPIE_NOFAIL", cp, cp->size);
@@ -193,6 +199,7 @@ MAGPIE_EXPORT void magpie_cache_free(magpie_cache_t *cache, void *obj) {
     return;
   }
   if (!obj) return;
+  san_given_back(obj);
   if (!memcheck_on) {
     mag_cache_free(cp, obj); /* the slow path checks obj again, and reports */
     return;

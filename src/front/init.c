@@ -27,6 +27,7 @@
 #include "options.h"
 #include "os.h"
 #include "report.h"
+#include "san_hooks.h"
 #include "sample.h"
 #include "sizeclass.h"
 #include "slab.h"
@@ -87,6 +88,8 @@ void magpie_init(void) {
   const char *debug = options_getenv("MAGPIE_DEBUG");
   if (debug && *debug) debug_init(debug);
   memcheck_init();
+  /* A sanitized program: its object caches' objects are checked one by one (san_hooks.h). */
+  if (!debug_on && san_present()) mag_magazines_off = true;
   sc_init();
   mag_secret = (uintptr_t)os_random() | 1; /* never 0: a zeroed word must not look freed */
   vmem_init(&heap_arena, "heap", OS_PAGE, heap_import, heap_release, NULL, HEAP_IMPORT,
