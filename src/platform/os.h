@@ -33,6 +33,15 @@ bool os_protect(void *p, size_t size, bool accessible);
 size_t os_mapped_bytes(void);
 size_t os_mapped_peak(void);
 unsigned os_cpu_count(void);    /* CPUs this process may use: affinity mask and cgroup quota */
+uint64_t os_memory_limit(void); /* the cgroup's memory.max in bytes; 0: none */
+/* The cgroup v2 limits of a process: proc_cgroup is its /proc/PID/cgroup ("0::/PATH"), root
+   where the v2 hierarchy is mounted; the tightest of PATH's and its ancestors' cpu.max (as CPUs,
+   rounded up) and memory.max; 0 where none is set. os_init reads the process's own. */
+typedef struct os_cgroup {
+  unsigned cpus;
+  uint64_t memory;
+} os_cgroup_t;
+void os_cgroup_read(const char *proc_cgroup, const char *root, os_cgroup_t *out);
 bool os_rseq_available(void);   /* glibc registered an rseq area for each thread */
 ptrdiff_t os_rseq_offset(void); /* of the area from the thread pointer (if available) */
 unsigned os_cpu_possible(void); /* 1 + the highest CPU id the kernel may use; 0 if unknown */
