@@ -10,7 +10,8 @@
  *      without MAGPIE_DEBUG, decided at bring-up before the first block. Every thread then
  *      stays on tcache_dead (mag_magazines_off): the fast path always misses, so every
  *      operation reaches the front's slow paths, which call here, and goes straight to the
- *      slab layer, which keeps no freed block out of memcheck's sight. Outside memcheck none of
+ *      slab layer, which keeps no freed block out of memcheck's sight (nor does malloc_slow
+ *      sample: a guard page memcheck knows nothing of). Outside memcheck none of
  *      this runs, and the fast path is the same code either way.
  *   2. What memcheck sees: heap memory is inaccessible from the time it is mapped; a block
  *      handed out becomes accessible over the size requested (MALLOCLIKE_BLOCK), undefined
@@ -32,7 +33,6 @@
 #include "memcheck_mode.h"
 #include "debug.h"
 #include "mag.h"
-#include "options.h"
 #include "os.h"
 #include "vg_requests.h"
 
@@ -46,7 +46,6 @@ void memcheck_init(void) {
   if (debug_on || !vg_memcheck_running()) return;
   memcheck_on = true;
   mag_magazines_off = true;
-  opt.sample = 0; /* a sampled block sits before a guard page memcheck knows nothing of */
   os_hide_metadata();
 }
 
