@@ -9,9 +9,9 @@
  *      until the kernel is under pressure and gives no zero guarantee, so it is not used.
  *   2. Machine facts are read at os_init without allocating: the page size from the auxiliary
  *      vector, the CPUs from the affinity mask bounded by the cgroup v2 CPU quota, the cgroup's
- *      memory limit (cpu.max, memory.max of the process's group and its ancestors), and whether glibc
- *      registered an rseq area (__rseq_size; magpie never registers a second one). The
- *      possible CPU ids (what the kernel may write into an rseq area) come from sysfs.
+ *      memory limit (cpu.max, memory.max of the process's group and its ancestors), and whether
+ * glibc registered an rseq area (__rseq_size; magpie never registers a second one). The possible
+ * CPU ids (what the kernel may write into an rseq area) come from sysfs.
  *   3. Accounting: os_mapped_bytes is what magpie holds from the kernel, metadata included.
  *   4. Futexes back lock.c's sleeping path; os_thread_start makes magpie's own threads.
  *   5. os_fence_rseq (membarrier) restarts every restartable sequence in flight on one CPU and
@@ -56,11 +56,11 @@ void _IO_list_lock(void) __attribute__((weak));           /* glibc's stdio, expo
 void _IO_list_unlock(void) __attribute__((weak));
 extern const ptrdiff_t __rseq_offset __attribute__((weak));
 
-static size_t os_mapped;     /* bytes mapped now (atomic) */
-static size_t os_mapped_max; /* high-water mark of os_mapped (atomic) */
-static unsigned os_ncpu = 1; /* set once by os_init */
+static size_t os_mapped;      /* bytes mapped now (atomic) */
+static size_t os_mapped_max;  /* high-water mark of os_mapped (atomic) */
+static unsigned os_ncpu = 1;  /* set once by os_init */
 static os_cgroup_t os_limits; /* set once by os_init */
-static bool os_hiding;       /* os_map_metadata hides from memcheck (os_hide_metadata) */
+static bool os_hiding;        /* os_map_metadata hides from memcheck (os_hide_metadata) */
 
 static void os_account(ptrdiff_t delta) {
   size_t now = __atomic_add_fetch(&os_mapped, (size_t)delta, __ATOMIC_RELAXED);
