@@ -8,10 +8,10 @@
  *      ranges clean (calloc then skips the memset). MADV_FREE is lazier but leaves RSS high
  *      until the kernel is under pressure and gives no zero guarantee, so it is not used.
  *   2. Machine facts are read at os_init without allocating: the page size from the auxiliary
- *      vector, the CPUs from the affinity mask bounded by the cgroup v2 CPU quota, the cgroup's
- *      memory limit (cpu.max, memory.max of the process's group and its ancestors), and whether
- * glibc registered an rseq area (__rseq_size; magpie never registers a second one). The possible
- * CPU ids (what the kernel may write into an rseq area) come from sysfs.
+ *      vector; the CPUs from the affinity mask, bounded by the cgroup v2 CPU quota; the
+ *      cgroup's memory limit (cpu.max, memory.max of the process's group and its ancestors);
+ *      whether glibc registered an rseq area (__rseq_size; magpie never registers a second
+ *      one). The possible CPU ids (what the kernel may write into an rseq area) come from sysfs.
  *   3. Accounting: os_mapped_bytes is what magpie holds from the kernel, metadata included.
  *   4. Futexes back lock.c's sleeping path; os_thread_start makes magpie's own threads.
  *   5. os_fence_rseq (membarrier) restarts every restartable sequence in flight on one CPU and
