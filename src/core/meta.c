@@ -17,7 +17,6 @@
  */
 #include "meta.h"
 #include "os.h"
-#include "san_hooks.h"
 
 #include <string.h>
 
@@ -43,7 +42,6 @@ void *meta_alloc(meta_pool_t *pool) {
   void *obj = pool->free;
   if (obj) {
     pool->free = *(void **)obj;
-    san_handed_out(obj); /* TSan sees the memset (its interceptor), not the pool's lock */
     memset(obj, 0, pool->size);
   } else {
     if ((size_t)(pool->end - pool->bump) < pool->size) {
@@ -65,7 +63,6 @@ void *meta_alloc(meta_pool_t *pool) {
 }
 
 void meta_free(meta_pool_t *pool, void *obj) {
-  san_given_back(obj);
   lock_acquire(&pool->lock);
   *(void **)obj = pool->free;
   pool->free = obj;

@@ -180,7 +180,6 @@ MAGPIE_EXPORT void *magpie_cache_alloc(magpie_cache_t *cache, int flags) {
     san_poison(obj, cp->size);
     san_unpoison(obj, cp->object_size);
   }
-  if (obj) san_handed_out(obj);
   if (!obj) {
     if (flags & MAGPIE_NOFAIL)
       report_fatal("magpie_cache_alloc failed with MAGPIE_NOFAIL", cp, cp->size);
@@ -199,7 +198,6 @@ MAGPIE_EXPORT void magpie_cache_free(magpie_cache_t *cache, void *obj) {
     return;
   }
   if (!obj) return;
-  san_given_back(obj);
   if (!memcheck_on) {
     mag_cache_free(cp, obj); /* the slow path checks obj again, and reports */
     return;

@@ -6,10 +6,11 @@
  * magpie's object caches stay magpie's, and the sanitizer knows nothing of them: ASan would
  * miss an overrun or a use after free of an object, and TSan would report the writes of two
  * threads that got the same object in turn as a race, not seeing magpie's locks between them.
- * So where a runtime is found (san_present), magpie turns its magazines off (front/init.c), and
- * objects are poisoned while magpie holds them (ASan: from the destructor's return until the
- * next constructor's call, slab.c) and handed over with a release and an acquire (TSan:
- * front/caches.c).
+ * So where a runtime is found (san_present), magpie turns its magazines off (front/init.c);
+ * ASan: objects are poisoned while magpie holds them, from the destructor's return until the
+ * next constructor's call (slab.c); TSan: magpie's locks (lock.h) are shown to it as a release
+ * and an acquire, which orders whatever they order: objects going back to a slab and out again,
+ * metadata records reused (cleared with libc's memset, which TSan intercepts).
  * A build of magpie itself instrumented by a sanitizer (its own tests) leaves all this out:
  * there the sanitizer checks magpie, not the program's objects.
  */
@@ -46,12 +47,12 @@ static inline void san_poison(void *p, size_t size) {
 static inline void san_unpoison(void *p, size_t size) {
   if (__asan_unpoison_memory_region) __asan_unpoison_memory_region(p, size);
 }
-/* TSan: what the thread that gave p back did happens before what the one that gets it does. */
-static inline void san_given_back(void *p) {
-  if (__tsan_release) __tsan_release(p);
+/* TSan: what a thread did before releasing lock l happens before what the next holder does. */
+static inline void san_lock_taken(void *l) {
+  if (__tsan_acquire) __tsan_acquire(l);
 }
-static inline void san_handed_out(void *p) {
-  if (__tsan_acquire) __tsan_acquire(p);
+static inline void san_lock_releasing(void *l) {
+  if (__tsan_release) __tsan_release(l);
 }
 #else
 static inline bool san_present(void) {
@@ -66,11 +67,11 @@ static inline void san_poison(void *p, size_t size) {
 static inline void san_unpoison(void *p, size_t size) {
   (void)p, (void)size;
 }
-static inline void san_given_back(void *p) {
-  (void)p;
+static inline void san_lock_taken(void *l) {
+  (void)l;
 }
-static inline void san_handed_out(void *p) {
-  (void)p;
+static inline void san_lock_releasing(void *l) {
+  (void)l;
 }
 #endif
 

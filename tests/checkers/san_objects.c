@@ -16,7 +16,7 @@
 #define OBJECT_SIZE 56
 
 static magpie_cache_t *cache;
-static volatile char sink;
+static __thread volatile char sink; /* per thread: destructors run on any */
 
 static int object_ctor(void *obj, void *arg, int flags) {
   (void)arg, (void)flags;
