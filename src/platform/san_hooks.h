@@ -29,10 +29,16 @@
 #endif
 
 #ifndef SAN_MAGPIE_INSTRUMENTED
+#ifdef __cplusplus
+extern "C" {
+#endif
 void __asan_poison_memory_region(void const volatile *addr, size_t size) __attribute__((weak));
 void __asan_unpoison_memory_region(void const volatile *addr, size_t size) __attribute__((weak));
 void __tsan_acquire(void *addr) __attribute__((weak));
 void __tsan_release(void *addr) __attribute__((weak));
+#ifdef __cplusplus
+}
+#endif
 
 static inline bool san_present(void) {
   return __asan_poison_memory_region || __tsan_acquire;
