@@ -41,6 +41,7 @@ typedef struct cache {
   /* set at creation, then read-only */
   char name[32];
   size_t size;        /* object stride: a multiple of 16 and of the alignment */
+  size_t object_size; /* what magpie_cache_create was asked for (0: a size class) */
   uint64_t div_magic; /* UINT64_MAX / size + 1: off % size == 0 iff off * magic <= magic - 1 */
   size_t span;        /* slab span bytes: a power of two, spans aligned to it */
   uint32_t per_slab;  /* objects in a slab */

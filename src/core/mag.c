@@ -63,6 +63,7 @@ tcache_t tcache_boot = {.own = {[0 ... SC_COUNT] = {MAG_PAIR_EMPTY, {0, 0}}}};
 tcache_t tcache_dead = {.own = {[0 ... SC_COUNT] = {MAG_PAIR_EMPTY, {0, 0}}}};
 __thread tcache_t *mag_tls __attribute__((tls_model("initial-exec"))) = &tcache_boot;
 uintptr_t mag_secret;
+bool mag_magazines_off;
 
 static meta_pool_t tcache_pool = META_POOL(META_LINES(sizeof(tcache_t)));
 static meta_pool_t tcache_cpu_pool = META_POOL(META_LINES(TCACHE_CPU_SIZE)); /* counts only */
@@ -159,7 +160,8 @@ static void mag_fold_cpu_counts(tcache_t *tc, unsigned c) {
 
 tcache_t *mag_self(void) {
   tcache_t *tc = mag_tls;
-  return tc == &tcache_boot ? mag_thread_start() : tc;
+  if (tc != &tcache_boot) return tc;
+  return mag_magazines_off ? (mag_tls = &tcache_dead) : mag_thread_start();
 }
 
 /* A thread's first refill of a class: the objects of one cache line's worth of a line-aligned

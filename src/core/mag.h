@@ -105,6 +105,9 @@ extern MAGPIE_HIDDEN ptrdiff_t mag_rseq_area; /* glibc's __rseq_offset, once per
 extern __thread MAGPIE_HIDDEN tcache_t *mag_tls __attribute__((tls_model("initial-exec")));
 extern tcache_t tcache_boot, tcache_dead;
 extern MAGPIE_HIDDEN uintptr_t mag_secret; /* the free marker of block p is p ^ mag_secret */
+/* Set before the first block is served (memcheck mode): every thread stays on tcache_dead, so
+   each operation misses and goes straight to the slab layer, where the front sees it. */
+extern bool mag_magazines_off;
 
 void mag_init(void);
 /* Called at the start of every miss that goes past the thread's or CPU's magazines, outside

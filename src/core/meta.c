@@ -46,7 +46,7 @@ void *meta_alloc(meta_pool_t *pool) {
   } else {
     if ((size_t)(pool->end - pool->bump) < pool->size) {
       size_t chunk = pool->size * 16 > META_CHUNK ? pool->size * 16 : META_CHUNK;
-      char *mem = os_map(chunk);
+      char *mem = os_map_metadata(chunk); /* holds block addresses: hidden from memcheck */
       if (!mem) {
         lock_release(&pool->lock);
         return NULL;

@@ -11,6 +11,7 @@
  *   3. opt is written only before the allocator serves its first request, then only read.
  */
 #include "options.h"
+#include "os.h"
 #include "report.h"
 
 #include <stdbool.h>
@@ -166,7 +167,13 @@ const char *options_getenv(const char *name) {
   return NULL;
 }
 
+size_t options_retain_for(uint64_t memory_limit) {
+  size_t most = (size_t)256 << 20;
+  return memory_limit && memory_limit / 8 < most ? (size_t)(memory_limit / 8) : most;
+}
+
 void options_init(void) {
+  opt.retain = options_retain_for(os_memory_limit()); /* the default, unless the options say */
   const char *value = options_getenv("MAGPIE_OPTIONS");
   if (value) options_parse(value);
 }

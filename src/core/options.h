@@ -3,6 +3,7 @@
 #define MAGPIE_OPTIONS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define OPT_STATS_OFF 0
 #define OPT_STATS_TEXT 1
@@ -33,6 +34,10 @@ extern options_t opt;
 void options_parse(const char *text);
 /* Parses MAGPIE_OPTIONS from the environment (environ; getenv may not be usable yet). */
 void options_init(void);
+/* retain's default under a cgroup memory limit (bytes; 0: none): an eighth of it, at most
+   256 MiB. Free pages the heap keeps are charged to the cgroup like live ones, and the
+   kernel's OOM killer acts at the limit. */
+size_t options_retain_for(uint64_t memory_limit);
 /* The value of environment variable name, read from environ without allocating; NULL if unset. */
 const char *options_getenv(const char *name);
 

@@ -32,6 +32,7 @@
  */
 #include "slab.h"
 #include "hugepage.h"
+#include "san_hooks.h"
 #include "meta.h"
 #include "pagemap.h"
 #include "report.h"
@@ -177,6 +178,9 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
   }
   cp->slab_objects_out += got;
   lock_release(&cp->slab_lock);
+  if (san_poisons()) /* a sanitized program's objects are poisoned while here (san_hooks.h) */
+    for (unsigned i = 0; i < got; i++)
+      san_unpoison(out[i], cp->size);
   if (cp->ctor)
     for (unsigned i = 0; i < got; i++)
       if (cp->ctor(out[i], cp->arg, 0) != 0) {
@@ -190,6 +194,9 @@ void slab_free(cache_t *cp, void **objs, unsigned n) {
   if (cp->dtor)
     for (unsigned i = 0; i < n; i++)
       cp->dtor(objs[i], cp->arg);
+  if (san_poisons())
+    for (unsigned i = 0; i < n; i++)
+      san_poison(objs[i], cp->size);
   slab_return(cp, objs, n);
 }
 

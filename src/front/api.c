@@ -13,7 +13,8 @@
  *   4. Out of memory: a request that found none is tried once more after magpie gave back what
  *      it caches and every wholly free span (cache_reclaim); then NULL with errno ENOMEM.
  *   5. Debug mode (debug.h): each slow path first hands the request to debug.c when debug_on;
- *      the fast path never looks, and in debug mode it always misses.
+ *      the fast path never looks, and in debug mode it always misses. So it does in memcheck
+ *      mode (memcheck_mode.c), where the slow paths tell memcheck of each block they serve.
  *   Names: magpie_* here are the exported magpie API; interpose.c gives them glibc's names.
  */
 #include "api.h"
@@ -23,6 +24,7 @@
 #include "init.h"
 #include "fastpath.h"
 #include "large.h"
+#include "memcheck_mode.h"
 #include "options.h"
 #include "populate.h"
 #include "report.h"
@@ -47,8 +49,13 @@ static void *alloc_once(size_t size, size_t align, bool zero) {
 
 /* alloc_once, and once more when it found no memory and magpie gave some back. */
 static void *alloc_fresh(size_t size, size_t align, bool zero) {
+  if (memcheck_on) memcheck_quiet();
   void *p = alloc_once(size, align, zero);
   if (!p && cache_reclaim(size)) p = alloc_once(size, align, zero);
+  if (memcheck_on) {
+    memcheck_loud();
+    memcheck_served(p, size, zero);
+  }
   if (!p) errno = ENOMEM; /* what the reclaim called may have set another */
   return p;
 }
@@ -56,7 +63,7 @@ static void *alloc_fresh(size_t size, size_t align, bool zero) {
 void *malloc_slow(size_t size) {
   magpie_init(); /* debug_on must be known before the first block */
   if (debug_on) return debug_alloc(size, 0, DEBUG_MALLOC, false);
-  if (opt.sample) { /* a miss stands for a magazine of allocations */
+  if (opt.sample && !memcheck_on) { /* a miss stands for a magazine of allocations */
     unsigned weight = size <= SC_SMALL_MAX ? mag_miss_weight(sc_of(size)) : 1;
     void *p = sample_maybe(size, weight);
     if (p) return p;
@@ -84,12 +91,8 @@ __attribute__((noreturn)) static void bad_pointer(const char *what, void *p, uin
                                             "interior pointer, or a large block already freed)");
 }
 
-void free_slow(void *p) {
-  if (debug_on) {
-    debug_free(p, 0, 0, DEBUG_MALLOC);
-    return;
-  }
-  if (!p) return;
+/* Gives back block p (not NULL) to the layer its page-map tag names. */
+static void free_block(void *p) {
   uintptr_t e = pagemap_get((uintptr_t)p), tag = e & PM_TAG_MASK;
   if (tag >= 1 && tag <= SC_COUNT)
     mag_free((unsigned)tag, p);
@@ -99,6 +102,22 @@ void free_slow(void *p) {
     sample_free(p, e);
   else
     bad_pointer("invalid free", p, e);
+}
+
+void free_slow(void *p) {
+  if (debug_on) {
+    debug_free(p, 0, 0, DEBUG_MALLOC);
+    return;
+  }
+  if (!p) return;
+  if (!memcheck_on) {
+    free_block(p);
+    return;
+  }
+  memcheck_freed(p);
+  memcheck_quiet();
+  free_block(p);
+  memcheck_loud();
 }
 
 void free_slow_kind(void *p, size_t size, size_t align, int kind) {
@@ -163,6 +182,20 @@ MAGPIE_EXPORT void *magpie_calloc(size_t n, size_t size) {
   return p;
 }
 
+/* realloc in memcheck mode: in place only where memcheck can be told so exactly, and without
+   the slack of normal mode, which would hide an overrun up to it. */
+static void *realloc_memcheck(void *p, size_t size) {
+  uintptr_t e;
+  size_t old = block_size(p, &e, "invalid realloc");
+  size_t requested = memcheck_requested(p, old);
+  if (size <= old && size >= old - old / 4 && memcheck_resized(p, requested, size)) return p;
+  void *q = fast_malloc(size);
+  if (!q) return NULL;
+  memcpy(q, p, requested < size ? requested : size);
+  fast_free(p);
+  return q;
+}
+
 MAGPIE_EXPORT void *magpie_realloc(void *p, size_t size) {
   if (!p) return fast_malloc(size);
   if (size == 0) { /* glibc: frees the block and returns NULL */
@@ -170,6 +203,7 @@ MAGPIE_EXPORT void *magpie_realloc(void *p, size_t size) {
     return NULL;
   }
   if (debug_on) return debug_realloc(p, size);
+  if (memcheck_on) return realloc_memcheck(p, size);
   uintptr_t e;
   size_t old = block_size(p, &e, "invalid realloc");
   uintptr_t tag = e & PM_TAG_MASK;
@@ -237,8 +271,10 @@ void *api_pvalloc(size_t size) {
 
 MAGPIE_EXPORT size_t magpie_usable_size(void *p) {
   if (debug_on) return debug_usable_size(p);
+  if (!p) return 0;
   uintptr_t e;
-  return p ? block_size(p, &e, "malloc_usable_size of an invalid pointer") : 0;
+  size_t usable = block_size(p, &e, "malloc_usable_size of an invalid pointer");
+  return memcheck_on ? memcheck_requested(p, usable) : usable; /* as memcheck's own malloc */
 }
 
 void api_free_sized(void *p, size_t size, size_t align) {

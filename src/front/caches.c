@@ -28,11 +28,13 @@
 #include "hugepage.h"
 #include "init.h"
 #include "mag.h"
+#include "memcheck_mode.h"
 #include "meta.h"
 #include "options.h"
 #include "os.h"
 #include "pagemap.h"
 #include "report.h"
+#include "san_hooks.h"
 #include "slab.h"
 
 #include <errno.h>
@@ -143,6 +145,7 @@ MAGPIE_EXPORT magpie_cache_t *magpie_cache_create(const char *name, size_t size,
     return NULL;
   }
   cache_setup(cp, name ? name : "anonymous", (size + align - 1) & ~(align - 1), PM_TAG_CACHE);
+  cp->object_size = size;
   cp->ctor = ctor;
   cp->dtor = dtor;
   cp->arg = arg;
@@ -170,8 +173,17 @@ MAGPIE_EXPORT void *magpie_cache_alloc(magpie_cache_t *cache, int flags) {
     STAT_ADD(s->count.allocs, 1);
     return s->mags.loaded->rounds[--s->mags.loaded->n];
   }
+  if (memcheck_on) memcheck_quiet(); /* a constructor writes to memory not yet handed out */
   void *obj = mag_cache_alloc(cp);
   if (!obj && cache_reclaim(cp->size)) obj = mag_cache_alloc(cp);
+  if (memcheck_on) {
+    memcheck_loud();
+    memcheck_served(obj, cp->object_size, true); /* constructed: defined */
+  }
+  if (obj && san_poisons()) { /* the stride's end, past the size asked for, stays poisoned */
+    san_poison(obj, cp->size);
+    san_unpoison(obj, cp->object_size);
+  }
   if (!obj) {
     if (flags & MAGPIE_NOFAIL)
       report_fatal("magpie_cache_alloc failed with MAGPIE_NOFAIL", cp, cp->size);
@@ -189,7 +201,15 @@ MAGPIE_EXPORT void magpie_cache_free(magpie_cache_t *cache, void *obj) {
     m->rounds[m->n++] = obj;
     return;
   }
-  if (obj) mag_cache_free(cp, obj); /* the slow path checks obj again, and reports */
+  if (!obj) return;
+  if (!memcheck_on) {
+    mag_cache_free(cp, obj); /* the slow path checks obj again, and reports */
+    return;
+  }
+  memcheck_freed(obj);
+  memcheck_quiet(); /* the destructor reads the object memcheck now keeps from the program */
+  mag_cache_free(cp, obj);
+  memcheck_loud();
 }
 
 MAGPIE_EXPORT void magpie_cache_destroy(magpie_cache_t *cache) {

@@ -24,9 +24,11 @@
 #include "fork.h"
 #include "hugepage.h"
 #include "mag.h"
+#include "memcheck_mode.h"
 #include "options.h"
 #include "os.h"
 #include "report.h"
+#include "san_hooks.h"
 #include "sample.h"
 #include "sizeclass.h"
 #include "slab.h"
@@ -46,7 +48,9 @@ extern char **environ;
 static void *heap_import(void *source, size_t size, size_t align, bool *clean) {
   (void)source;
   *clean = true;
-  return os_map_aligned(size, align);
+  void *p = os_map_aligned(size, align);
+  if (p && memcheck_on) memcheck_heap_mapped(p, size);
+  return p;
 }
 
 static void heap_release(void *source, void *addr, size_t size) {
@@ -56,7 +60,10 @@ static void heap_release(void *source, void *addr, size_t size) {
 
 static void *heap_remap(void *source, void *addr, size_t old_size, size_t new_size) {
   (void)source;
-  return os_remap(addr, old_size, new_size);
+  void *p = os_remap(addr, old_size, new_size);
+  if (p && memcheck_on && new_size > old_size)
+    memcheck_heap_mapped((char *)p + old_size, new_size - old_size);
+  return p;
 }
 
 /* The free bytes the heap may hold before a free releases a whole span: twice `retain`, which
@@ -82,6 +89,9 @@ void magpie_init(void) {
   options_init();
   const char *debug = options_getenv("MAGPIE_DEBUG");
   if (debug && *debug) debug_init(debug);
+  memcheck_init();
+  /* A sanitized program: its object caches' objects are checked one by one (san_hooks.h). */
+  if (!debug_on && san_present()) mag_magazines_off = true;
   sc_init();
   mag_secret = (uintptr_t)os_random() | 1; /* never 0: a zeroed word must not look freed */
   vmem_init(&heap_arena, "heap", OS_PAGE, heap_import, heap_release, NULL, HEAP_IMPORT,
@@ -110,4 +120,5 @@ __attribute__((constructor)) static void magpie_constructor(void) {
 __attribute__((destructor)) static void magpie_destructor(void) {
   if (debug_on) debug_at_exit();
   stats_at_exit();
+  memcheck_at_exit();
 }

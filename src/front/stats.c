@@ -150,6 +150,8 @@ void stats_write(int fd, int format) {
   stats_field(&b, "threads_live", s.threads_live, json);
   stats_field(&b, "threads_total", s.threads_ever, json);
   stats_field(&b, "cpus", os_cpu_count(), json);
+  stats_field(&b, "memory_limit", os_memory_limit(), json);
+  stats_field(&b, "retain", opt.retain, json);
   stats_field(&b, "rseq", os_rseq_available(), json);
   stats_field(&b, "percpu", mag_percpu(), json);
   report_str(&b, json ? ",\"classes\":["

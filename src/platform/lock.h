@@ -9,6 +9,8 @@
 #ifndef MAGPIE_LOCK_H
 #define MAGPIE_LOCK_H
 
+#include "san_hooks.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -45,7 +47,10 @@ static inline void lock_count(int delta) {
 
 static inline bool lock_try(lock_t *l) {
   lock_count(1);
-  if (lock_take(l)) return true;
+  if (lock_take(l)) {
+    san_lock_taken(l);
+    return true;
+  }
   lock_count(-1);
   return false;
 }
@@ -53,9 +58,11 @@ static inline bool lock_try(lock_t *l) {
 static inline void lock_acquire(lock_t *l) {
   lock_count(1);
   if (!lock_take(l)) lock_acquire_slow(l);
+  san_lock_taken(l); /* a sanitized program's TSan sees magpie's locks (san_hooks.h) */
 }
 
 static inline void lock_release(lock_t *l) {
+  san_lock_releasing(l);
   if (__atomic_exchange_n(&l->state, 0, __ATOMIC_RELEASE) == 2) lock_release_wake(l);
   lock_count(-1);
 }

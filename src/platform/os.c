@@ -8,9 +8,10 @@
  *      ranges clean (calloc then skips the memset). MADV_FREE is lazier but leaves RSS high
  *      until the kernel is under pressure and gives no zero guarantee, so it is not used.
  *   2. Machine facts are read at os_init without allocating: the page size from the auxiliary
- *      vector, the CPUs from the affinity mask bounded by a cgroup v2 quota, and whether glibc
- *      registered an rseq area (__rseq_size; magpie never registers a second one). The
- *      possible CPU ids (what the kernel may write into an rseq area) come from sysfs.
+ *      vector; the CPUs from the affinity mask, bounded by the cgroup v2 CPU quota; the
+ *      cgroup's memory limit (cpu.max, memory.max of the process's group and its ancestors);
+ *      whether glibc registered an rseq area (__rseq_size; magpie never registers a second
+ *      one). The possible CPU ids (what the kernel may write into an rseq area) come from sysfs.
  *   3. Accounting: os_mapped_bytes is what magpie holds from the kernel, metadata included.
  *   4. Futexes back lock.c's sleeping path; os_thread_start makes magpie's own threads, and
  *      os_run_parallel its short-lived helpers, joined before it returns with cancellation
@@ -38,6 +39,7 @@
  */
 #define _GNU_SOURCE
 #include "os.h"
+#include "vg_requests.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -65,10 +67,12 @@ void _IO_list_lock(void) __attribute__((weak));           /* glibc's stdio, expo
 void _IO_list_unlock(void) __attribute__((weak));
 extern const ptrdiff_t __rseq_offset __attribute__((weak));
 
-static size_t os_mapped;     /* bytes mapped now (atomic) */
-static size_t os_mapped_max; /* high-water mark of os_mapped (atomic) */
-static unsigned os_ncpu = 1; /* set once by os_init */
-static int os_init_pid;      /* the process that ran os_init */
+static size_t os_mapped;      /* bytes mapped now (atomic) */
+static size_t os_mapped_max;  /* high-water mark of os_mapped (atomic) */
+static unsigned os_ncpu = 1;  /* set once by os_init */
+static int os_init_pid;       /* the process that ran os_init */
+static os_cgroup_t os_limits; /* set once by os_init */
+static bool os_hiding;        /* os_map_metadata hides from memcheck (os_hide_metadata) */
 
 static void os_account(ptrdiff_t delta) {
   size_t now = __atomic_add_fetch(&os_mapped, (size_t)delta, __ATOMIC_RELAXED);
@@ -105,6 +109,20 @@ static void *os_map_trimmed(size_t size, size_t extra, size_t align, int flags) 
   return (void *)start;
 }
 
+void os_hide_metadata(void) {
+  os_hiding = true;
+}
+
+void *os_map_metadata(size_t size) {
+  void *p = os_map(size);
+  if (p && os_hiding) vg_hide(p, size);
+  return p;
+}
+
+void os_show_metadata(void) {
+  if (os_hiding) vg_unhide((void *)OS_PAGE, ((uintptr_t)1 << 47) - OS_PAGE);
+}
+
 void *os_map_aligned(size_t size, size_t align) {
   if (align <= OS_PAGE) return os_map(size);
   return os_map_trimmed(size, align, align, 0);
@@ -112,6 +130,7 @@ void *os_map_aligned(size_t size, size_t align) {
 
 void os_unmap(void *p, size_t size) {
   if (munmap(p, size) != 0) os_fatal("munmap of a range magpie mapped failed");
+  if (os_hiding) vg_unhide(p, size); /* the range may be mapped again for the heap */
   os_account(-(ptrdiff_t)size);
   os_track_remove((uintptr_t)p, (uintptr_t)p + size);
 }
@@ -203,34 +222,63 @@ static unsigned long os_parse_ulong(const char **s) {
   return v;
 }
 
-/* CPUs allowed by the cgroup v2 quota of this process ("max" or "QUOTA PERIOD"); 0 = no limit. */
-static unsigned os_cgroup_cpus(void) {
+/* Appends the NUL-terminated src to path[*n], within cap; false if it does not fit. */
+static bool os_path_add(char *path, size_t *n, size_t cap, const char *src, size_t len) {
+  if (*n + len >= cap) return false;
+  memcpy(path + *n, src, len);
+  *n += len;
+  path[*n] = '\0';
+  return true;
+}
+
+/* Tightens out by the limits in one cgroup's directory dir (dir_len bytes of path, whose room
+   is cap): cpu.max ("max PERIOD" or "QUOTA PERIOD", the CPUs the quota buys, rounded up) and
+   memory.max ("max" or bytes). */
+static void os_cgroup_dir(char *path, size_t dir_len, size_t cap, os_cgroup_t *out) {
+  char buf[64];
+  size_t n = dir_len;
+  if (os_path_add(path, &n, cap, "/cpu.max", 8) && os_read_file(path, buf, sizeof buf) > 0 &&
+      buf[0] >= '0' && buf[0] <= '9') {
+    const char *s = buf;
+    unsigned long quota = os_parse_ulong(&s), period = *s++ == ' ' ? os_parse_ulong(&s) : 0;
+    unsigned cpus = period ? (unsigned)((quota + period - 1) / period) : 0;
+    if (cpus && (!out->cpus || cpus < out->cpus)) out->cpus = cpus;
+  }
+  n = dir_len;
+  if (os_path_add(path, &n, cap, "/memory.max", 11) && os_read_file(path, buf, sizeof buf) > 0 &&
+      buf[0] >= '0' && buf[0] <= '9') {
+    const char *s = buf;
+    uint64_t bytes = os_parse_ulong(&s);
+    if (bytes && (!out->memory || bytes < out->memory)) out->memory = bytes;
+  }
+}
+
+void os_cgroup_read(const char *proc_cgroup, const char *root, os_cgroup_t *out) {
   char buf[512], path[600];
-  if (os_read_file("/proc/self/cgroup", buf, sizeof buf) <= 0) return 0;
+  out->cpus = 0;
+  out->memory = 0;
+  if (os_read_file(proc_cgroup, buf, sizeof buf) <= 0) return;
   const char *line = buf; /* the v2 entry is "0::/path" */
   while (line && !(line[0] == '0' && line[1] == ':' && line[2] == ':')) {
     while (*line && *line != '\n')
       line++;
     line = *line ? line + 1 : NULL;
   }
-  if (!line) return 0;
-  size_t n = 0;
-  const char *prefix = "/sys/fs/cgroup";
-  while (*prefix)
-    path[n++] = *prefix++;
-  for (const char *s = line + 3; *s && *s != '\n' && n < sizeof path - 16; s++)
-    path[n++] = *s;
-  const char *leaf = "/cpu.max";
-  while (*leaf)
-    path[n++] = *leaf++;
-  path[n] = '\0';
-  if (os_read_file(path, buf, sizeof buf) <= 0 || buf[0] < '0' || buf[0] > '9') return 0;
-  const char *s = buf;
-  unsigned long quota = os_parse_ulong(&s);
-  if (*s++ != ' ') return 0;
-  unsigned long period = os_parse_ulong(&s);
-  if (period == 0) return 0;
-  return (unsigned)((quota + period - 1) / period);
+  if (!line) return;
+  size_t n = 0, group_len = 0;
+  while (line[3 + group_len] && line[3 + group_len] != '\n')
+    group_len++;
+  if (!os_path_add(path, &n, sizeof path, root, strlen(root)) ||
+      !os_path_add(path, &n, sizeof path - 16, line + 3, group_len))
+    return;
+  size_t root_len = strlen(root);
+  for (;;) { /* the group and each of its ancestors: every one of their limits applies */
+    os_cgroup_dir(path, n, sizeof path, out);
+    while (n > root_len && path[n - 1] != '/')
+      n--;
+    if (n <= root_len) break;
+    n--; /* the '/' */
+  }
 }
 
 void os_init(void) {
@@ -241,8 +289,12 @@ void os_init(void) {
   unsigned n = 1;
   if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
     n = (unsigned)CPU_COUNT(&set);
-  unsigned quota = os_cgroup_cpus();
-  os_ncpu = quota && quota < n ? quota : n;
+  os_cgroup_read("/proc/self/cgroup", "/sys/fs/cgroup", &os_limits);
+  os_ncpu = os_limits.cpus && os_limits.cpus < n ? os_limits.cpus : n;
+}
+
+uint64_t os_memory_limit(void) {
+  return os_limits.memory;
 }
 
 unsigned os_cpu_count(void) {

@@ -14,7 +14,14 @@ void os_init(void);
 /* An error magpie cannot go on from, below where reports can be written (diag/report.h):
    "magpie: fatal: what" on stderr, then abort. */
 __attribute__((noreturn)) void os_fatal(const char *what);
-void *os_map(size_t size);                       /* zeroed, page aligned; NULL on failure */
+void *os_map(size_t size); /* zeroed, page aligned; NULL on failure */
+/* Memcheck mode (vg_requests.h): from os_hide_metadata on, os_map_metadata's memory is hidden
+   from memcheck: inaccessible, so its leak search finds no block address there, and accesses
+   to it are not reported; os_show_metadata, at exit, has them reported again (memcheck warns
+   of ranges left unreported) while the leak search still skips them. Otherwise os_map. */
+void os_hide_metadata(void);
+void *os_map_metadata(size_t size);
+void os_show_metadata(void);
 void *os_map_aligned(size_t size, size_t align); /* align: a power of two >= OS_PAGE */
 void os_unmap(void *p, size_t size);
 /* Resizes a mapping, moving it if it must (page tables move, not bytes); NULL on failure. */
@@ -42,6 +49,15 @@ bool os_protect(void *p, size_t size, bool accessible);
 size_t os_mapped_bytes(void);
 size_t os_mapped_peak(void);
 unsigned os_cpu_count(void);    /* CPUs this process may use: affinity mask and cgroup quota */
+uint64_t os_memory_limit(void); /* the cgroup's memory.max in bytes; 0: none */
+/* The cgroup v2 limits of a process: proc_cgroup is its /proc/PID/cgroup ("0::/PATH"), root
+   where the v2 hierarchy is mounted; the tightest of PATH's and its ancestors' cpu.max (as CPUs,
+   rounded up) and memory.max; 0 where none is set. os_init reads the process's own. */
+typedef struct os_cgroup {
+  unsigned cpus;
+  uint64_t memory;
+} os_cgroup_t;
+void os_cgroup_read(const char *proc_cgroup, const char *root, os_cgroup_t *out);
 bool os_rseq_available(void);   /* glibc registered an rseq area for each thread */
 ptrdiff_t os_rseq_offset(void); /* of the area from the thread pointer (if available) */
 unsigned os_cpu_possible(void); /* 1 + the highest CPU id the kernel may use; 0 if unknown */
