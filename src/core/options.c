@@ -28,6 +28,7 @@ options_t opt = {
     .calloc_populate = 64u << 20, /* bigger zeroed blocks may be sparse: leave them lazy */
     .reaper = 1,
     .percpu = 1,
+    .profile_rate = 512u << 10, /* a sample per 512 KiB: well under 1% of time (profiling.md) */
 };
 
 typedef enum { OPT_SIZE, OPT_STATS_WORD, OPT_PATH } opt_kind_t;
@@ -51,6 +52,8 @@ static const opt_entry_t opt_table[] = {
     {"sample", OPT_SIZE, offsetof(options_t, sample), 0, 0},
     {"percpu", OPT_SIZE, offsetof(options_t, percpu), 0, 0},
     {"percpu_threads", OPT_SIZE, offsetof(options_t, percpu_threads), 0, 0},
+    {"profile_rate", OPT_SIZE, offsetof(options_t, profile_rate), 0, (size_t)1 << 40},
+    {"profile_file", OPT_PATH, offsetof(options_t, profile_file), 0, 0},
 };
 
 static bool opt_parse_size(const char *s, size_t len, size_t *out) {

@@ -21,6 +21,8 @@ typedef struct options {
   size_t reaper;          /* 1: a background thread reaps once the heap is big (cache.c) */
   size_t percpu;          /* 1: per-CPU magazines once threads outnumber CPUs; 0: never */
   size_t percpu_threads;  /* threads that keep their own magazines; 0: twice the CPUs */
+  size_t profile_rate;    /* heap profiler: about one sample per this many bytes; 0 off */
+  char profile_file[256]; /* heap profile written at exit ("%p": the pid); empty = none */
 } options_t;
 
 extern options_t opt;

@@ -27,13 +27,6 @@
 
 #define SYMBOLIZE_NAME_MAX 512 /* a longer demangled name is shown mangled */
 
-/* The last object file mapped for symbolising, kept while consecutive frames share it. */
-typedef struct symfile {
-  char path[256];
-  void *map;
-  size_t size;
-} symfile_t;
-
 static void symfile_close(symfile_t *f) {
   if (f->map) os_unmap_file(f->map, f->size);
   f->map = NULL;
@@ -84,23 +77,34 @@ static const char *elf_symbol(symfile_t *f, const char *path, uintptr_t bias, ui
   return best;
 }
 
-static void report_frame(report_buf_t *b, symfile_t *f, int index, uintptr_t ip) {
+/* The object and function of return address ip: path (dladdr's, or /proc/self/exe) and the
+   mangled name with ip's offset in it (NULL when no table names it); false when no object holds
+   ip. */
+static bool frame_lookup(symfile_t *f, uintptr_t ip, const char **path, const char **name,
+                         uintptr_t *off) {
   Dl_info info;
   struct link_map *lm = NULL;
+  if (!dladdr1((void *)(ip - 1), &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm) return false;
+  *path = info.dli_fname && info.dli_fname[0] ? info.dli_fname : "/proc/self/exe";
+  *off = 0;
+  *name = elf_symbol(f, *path, lm->l_addr, ip - 1, off);
+  if (!*name && info.dli_sname) {
+    *name = info.dli_sname;
+    *off = ip - 1 - (uintptr_t)info.dli_saddr;
+  }
+  return true;
+}
+
+static void report_frame(report_buf_t *b, symfile_t *f, int index, uintptr_t ip) {
+  const char *path, *name;
+  uintptr_t off;
   report_str(b, "    #");
   report_dec(b, (size_t)index);
   report_str(b, " ");
   report_hex(b, ip);
-  if (!dladdr1((void *)(ip - 1), &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm) {
+  if (!frame_lookup(f, ip, &path, &name, &off)) {
     report_str(b, "\n");
     return;
-  }
-  const char *path = info.dli_fname && info.dli_fname[0] ? info.dli_fname : "/proc/self/exe";
-  uintptr_t off = 0;
-  const char *name = elf_symbol(f, path, lm->l_addr, ip - 1, &off);
-  if (!name && info.dli_sname) {
-    name = info.dli_sname;
-    off = ip - 1 - (uintptr_t)info.dli_saddr;
   }
   if (name) {
     char plain[SYMBOLIZE_NAME_MAX];
@@ -112,6 +116,23 @@ static void report_frame(report_buf_t *b, symfile_t *f, int index, uintptr_t ip)
   report_str(b, " (");
   report_str(b, path);
   report_str(b, ")\n");
+}
+
+bool symbolize_ip(symfile_t *f, uintptr_t ip, char *name, size_t cap, const char **path) {
+  const char *found;
+  uintptr_t off;
+  *path = NULL;
+  if (!frame_lookup(f, ip, path, &found, &off) || !found || cap == 0) return false;
+  if (demangle_itanium(found, name, cap)) return true;
+  size_t n = strlen(found);
+  if (n >= cap) n = cap - 1;
+  memcpy(name, found, n);
+  name[n] = '\0';
+  return true;
+}
+
+void symbolize_end(symfile_t *f) {
+  symfile_close(f);
 }
 
 void report_frames(report_buf_t *b, const uintptr_t *ips, int n) {

@@ -9,7 +9,9 @@
  *   2. Each cache is set up by core/cache.c (its slab geometry and magazine size).
  *   3. Reaping: at most once per reap_ms, each depot returns the magazines its working set did
  *      not need to the slabs (empty slabs go to the arena) and the arena purges its dirty pages
- *      above `retain`. Until the heap maps REAPER_START_BYTES, the first slow path to notice
+ *      above `retain`; then a request for a heap profile is looked for (debug/prof_write.c):
+      one failed open when there is none. Until the heap maps REAPER_START_BYTES, the first slow
+ path to notice
  *      reaps; after that a background thread (the reaper) does, so that memory also goes back
  *      while the program is idle: when no slow path has run for REAPER_IDLE_TICKS intervals,
  *      it purges every dirty page. Small programs never get the thread (a thread of its own can
@@ -29,6 +31,7 @@
 #include "options.h"
 #include "os.h"
 #include "pagemap.h"
+#include "prof.h"
 #include "report.h"
 #include "slab.h"
 
@@ -78,6 +81,7 @@ static void *reaper_main(void *arg) {
     uint64_t now = os_now_ns(), quiet = now - __atomic_load_n(&cache_last_slow, __ATOMIC_RELAXED);
     bool idle = quiet > (uint64_t)opt.reap_ms * 1000000u * REAPER_IDLE_TICKS;
     cache_reap(false, idle ? 0 : opt.retain);
+    prof_poll_request();
   }
   return NULL;
 }
@@ -104,8 +108,10 @@ void cache_reap_tick(void) {
   }
   uint64_t last = __atomic_load_n(&cache_last_reap, __ATOMIC_RELAXED);
   if (now - last >= period && __atomic_compare_exchange_n(&cache_last_reap, &last, now, false,
-                                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+                                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     cache_reap(false, opt.retain);
+    prof_poll_request();
+  }
 }
 
 size_t cache_trim(void) {
