@@ -25,6 +25,9 @@ option_config(mag_rounds2 MAGPIE_OPTIONS=mag_rounds=2)
 option_config(reap_ms1 MAGPIE_OPTIONS=reap_ms=1)
 option_config(retain0 MAGPIE_OPTIONS=retain=0)
 option_config(sample1 MAGPIE_OPTIONS=sample=1)
+# The heap profiler at a point per 16 KiB: most magazine misses sampled, served from the large
+# path and freed, resized and measured through their records.
+option_config(profile16k MAGPIE_OPTIONS=profile_rate=16k)
 option_config(debug MAGPIE_DEBUG=default)
 set(OPTION_LABELS_debug debug) # `ctest -L debug` runs these too
 # Per-CPU magazines of 2 rounds for every thread but the first (percpu_threads=1: whatever the
@@ -32,11 +35,11 @@ set(OPTION_LABELS_debug debug) # `ctest -L debug` runs these too
 # magazines, and an arena that keeps no free memory: every exchange between magazines, depots,
 # slabs and the arena happens as often as it can.
 option_config(small_mags MAGPIE_OPTIONS=mag_rounds=2,retain=0,reap_ms=1,percpu_threads=1)
-# Thread magazines only, no reaper thread (slow paths reap, every millisecond), and every
-# magazine miss sampled onto a guard page.
-option_config(sampled MAGPIE_OPTIONS=percpu=0,reaper=0,sample=1,reap_ms=1)
+# Thread magazines only, no reaper thread (slow paths reap, every millisecond), every magazine
+# miss sampled onto a guard page, and the heap profiler sampling at 4 KiB.
+option_config(sampled MAGPIE_OPTIONS=percpu=0,reaper=0,sample=1,reap_ms=1,profile_rate=4k)
 
-set(OPTION_CONFIGS_API percpu0 reaper0 mag_rounds2 reap_ms1 retain0 sample1 debug)
+set(OPTION_CONFIGS_API percpu0 reaper0 mag_rounds2 reap_ms1 retain0 sample1 profile16k debug)
 set(OPTION_CONFIGS_STRESS small_mags sampled debug)
 
 # The warnings of src/core/options.c and src/debug/debug_flags.c about MAGPIE_OPTIONS and

@@ -26,19 +26,22 @@ typedef struct prof_row {
   double alloc_objects, alloc_bytes, live_objects, live_bytes;
 } prof_row_t;
 
-/* A block of size bytes (aligned to align, zeroed if zero) sampled by the clock
-   (core/prof_clock.h), standing for points * profile_rate bytes of allocations of unit bytes:
+/* A block of size bytes (aligned to align, zeroed if zero) of class c (0: large) sampled by
+   the clock (core/prof_clock.h), standing for points * profile_rate bytes of such allocations:
    served from the large path, its page-map entry pointing at its record, so that its free
    comes to the slow path. NULL when no memory was found (errno ENOMEM). */
-void *prof_alloc(size_t size, size_t align, bool zero, size_t unit, uint64_t points);
+void *prof_alloc(size_t size, size_t align, bool zero, unsigned c, uint64_t points);
 /* The same for large block p just served (realloc's resize in place); returns p. */
-void *prof_adopt(void *p, size_t size, size_t unit, uint64_t points);
+void *prof_adopt(void *p, size_t size, uint64_t points);
 /* A block whose entry carries PM_TAG_PROFILED: its free, its usable size, and its record ended
    with the block kept (realloc), which returns the plain large entry put back in its place.
    A pointer that is not the block's start is reported. */
 void prof_free(void *p, uintptr_t entry);
 size_t prof_size(void *p, uintptr_t entry);
 uintptr_t prof_release(void *p, uintptr_t entry);
+/* Sampled blocks of small requests, which the large path served: allocations, frees, and the
+   bytes (pages) of those live, for statistics. */
+void prof_small_totals(uint64_t *allocs, uint64_t *frees, uint64_t *bytes);
 /* Copies up to max stacks' figures into rows; returns how many stacks there are. */
 size_t prof_snapshot(prof_row_t *rows, size_t max);
 

@@ -57,7 +57,7 @@ static void *alloc_fresh(size_t size, size_t align, bool zero) {
   unsigned c = class_of(size, align);
   uint64_t points = opt.profile_rate ? prof_clock_tick(c, size) : 0;
   if (points) {
-    void *p = prof_alloc(size, align, zero, prof_clock_unit(c, size), points);
+    void *p = prof_alloc(size, align, zero, c, points);
     if (p) return p;
   }
   void *p = alloc_once(c, size, align, zero);
@@ -183,7 +183,7 @@ MAGPIE_EXPORT void *magpie_realloc(void *p, size_t size) {
     void *q = large_resize(p, e, want);
     if (q) {
       uint64_t points = opt.profile_rate ? prof_clock_tick(0, size) : 0;
-      return points ? prof_adopt(q, size, prof_clock_unit(0, size), points) : q;
+      return points ? prof_adopt(q, size, points) : q;
     }
   }
   void *q = fast_malloc(want);

@@ -21,6 +21,7 @@
 #include "mag.h"
 #include "options.h"
 #include "os.h"
+#include "prof.h"
 #include "report.h"
 #include "sample.h"
 #include "slab.h"
@@ -50,6 +51,13 @@ static void stats_fill(stats_summary_t *s, const mag_totals_t *t) {
   s->allocs += t->large_allocs;
   s->frees += t->large_frees;
   s->large_live_bytes = large_live_bytes();
+  uint64_t profiled_allocs, profiled_frees, profiled_bytes; /* small, served as large (prof.c) */
+  prof_small_totals(&profiled_allocs, &profiled_frees, &profiled_bytes);
+  s->large_allocs -= profiled_allocs < s->large_allocs ? profiled_allocs : s->large_allocs;
+  s->large_frees -= profiled_frees < s->large_frees ? profiled_frees : s->large_frees;
+  profiled_bytes = profiled_bytes < s->large_live_bytes ? profiled_bytes : s->large_live_bytes;
+  s->large_live_bytes -= profiled_bytes;
+  s->live_bytes += profiled_bytes;
   size_t peak_blocks, peak_bytes;
   large_peaks(&peak_blocks, &peak_bytes);
   s->large_peak_blocks = peak_blocks;
