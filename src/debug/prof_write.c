@@ -210,7 +210,7 @@ static bool frames_resolve(prof_frames_t *f, const prof_row_t *rows, size_t nrow
   size_t used = 0;
   for (size_t i = 0; i < unique; i++) {
     char *name = f->names + used;
-    if (!symbolize_ip(&sym, f->addr[i], name, PROF_NAME_MAX, &f->object[i]))
+    if (!symbolize_ip(&sym, f->addr[i], name, PROF_NAME_MAX, &f->object[i]) && !f->object[i])
       report_format_hex(name, f->addr[i]);
     for (char *c = name; *c; c++)
       if (*c == ';' || *c == '\n') *c = ':'; /* the folded format's separators */

@@ -81,11 +81,12 @@ static const char *elf_symbol(symfile_t *f, const char *path, uintptr_t bias, ui
    mangled name with ip's offset in it (NULL when no table names it); false when no object holds
    ip. */
 static bool frame_lookup(symfile_t *f, uintptr_t ip, const char **path, const char **name,
-                         uintptr_t *off) {
+                         uintptr_t *off, uintptr_t *bias) {
   Dl_info info;
   struct link_map *lm = NULL;
   if (!dladdr1((void *)(ip - 1), &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm) return false;
   *path = info.dli_fname && info.dli_fname[0] ? info.dli_fname : "/proc/self/exe";
+  *bias = lm->l_addr;
   *off = 0;
   *name = elf_symbol(f, *path, lm->l_addr, ip - 1, off);
   if (!*name && info.dli_sname) {
@@ -97,12 +98,12 @@ static bool frame_lookup(symfile_t *f, uintptr_t ip, const char **path, const ch
 
 static void report_frame(report_buf_t *b, symfile_t *f, int index, uintptr_t ip) {
   const char *path, *name;
-  uintptr_t off;
+  uintptr_t off, bias;
   report_str(b, "    #");
   report_dec(b, (size_t)index);
   report_str(b, " ");
   report_hex(b, ip);
-  if (!frame_lookup(f, ip, &path, &name, &off)) {
+  if (!frame_lookup(f, ip, &path, &name, &off, &bias)) {
     report_str(b, "\n");
     return;
   }
@@ -120,10 +121,23 @@ static void report_frame(report_buf_t *b, symfile_t *f, int index, uintptr_t ip)
 
 bool symbolize_ip(symfile_t *f, uintptr_t ip, char *name, size_t cap, const char **path) {
   const char *found;
-  uintptr_t off;
+  uintptr_t off, bias;
   *path = NULL;
-  if (!frame_lookup(f, ip, path, &found, &off) || !found || cap == 0) return false;
-  if (demangle_itanium(found, name, cap)) return true;
+  if (cap < REPORT_HEX_MAX + 4) return false;
+  if (!frame_lookup(f, ip, path, &found, &off, &bias)) return false;
+  if (found && demangle_itanium(found, name, cap)) return true;
+  if (!found) { /* "[object+0xoffset]": the same in every run, wherever the object loads */
+    const char *base = strrchr(*path, '/') ? strrchr(*path, '/') + 1 : *path;
+    size_t n = strlen(base);
+    if (n > cap - REPORT_HEX_MAX - 4) n = cap - REPORT_HEX_MAX - 4;
+    name[0] = '[';
+    memcpy(name + 1, base, n);
+    name[n + 1] = '+';
+    n += 2 + (size_t)report_format_hex(name + n + 2, ip - bias);
+    name[n] = ']';
+    name[n + 1] = '\0';
+    return false;
+  }
   size_t n = strlen(found);
   if (n >= cap) n = cap - 1;
   memcpy(name, found, n);

@@ -21,9 +21,10 @@ typedef struct symfile {
   void *map;
   size_t size;
 } symfile_t;
-/* The function holding return address ip, demangled, into name (cap bytes, cut short rather
-   than overflow), and in *path the object it lies in (NULL when none); false when no symbol
-   table names it. Allocates nothing (the heap profile's writer). */
+/* The function holding return address ip, demangled, into name (cap bytes, at least 64; cut
+   short rather than overflow), and in *path the object it lies in (NULL when none). False when
+   no symbol table names it: then name is "[object+0xoffset]" where an object holds ip, else
+   untouched. Allocates nothing (the heap profile's writer). */
 bool symbolize_ip(symfile_t *f, uintptr_t ip, char *name, size_t cap, const char **path);
 void symbolize_end(symfile_t *f);
 
