@@ -51,21 +51,29 @@ static void sleep_ms(long ms) {
   }
 }
 
-int cmd_profile(int argc, char **argv) {
-  long timeout = PROFILE_TIMEOUT_S;
+/* Parses the arguments "[FLAG N] A B" of command cmd, N (positive) into *value; returns the
+ * index of A, or -1 after a usage error (operands names A and B). */
+static int two_operands(int argc, char **argv, const char *cmd, const char *flag, long *value,
+                        const char *operands) {
   int i = 0;
   for (; i < argc && argv[i][0] == '-'; i++) {
-    if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc) {
-      timeout = strtol(argv[++i], NULL, 10);
-    } else {
-      error("unknown option '%s' for profile\nTry 'magpie --help' for usage.", argv[i]);
-      return EXIT_USAGE;
+    if (strcmp(argv[i], flag) != 0 || i + 1 >= argc) {
+      error("unknown option '%s' for %s\nTry 'magpie --help' for usage.", argv[i], cmd);
+      return -1;
     }
+    *value = strtol(argv[++i], NULL, 10);
   }
-  if (argc - i != 2 || timeout <= 0) {
-    error("profile: give PID and FILE\nTry 'magpie --help' for usage.");
-    return EXIT_USAGE;
+  if (argc - i != 2 || *value <= 0) {
+    error("%s: give %s\nTry 'magpie --help' for usage.", cmd, operands);
+    return -1;
   }
+  return i;
+}
+
+int cmd_profile(int argc, char **argv) {
+  long timeout = PROFILE_TIMEOUT_S;
+  int i = two_operands(argc, argv, "profile", "--timeout", &timeout, "PID and FILE");
+  if (i < 0) return EXIT_USAGE;
   char *end;
   long pid = strtol(argv[i], &end, 10);
   if (*end || pid <= 0) {
@@ -149,19 +157,8 @@ static void print_stack(const char *stack) {
 
 int cmd_profile_diff(int argc, char **argv) {
   long top = DIFF_TOP;
-  int i = 0;
-  for (; i < argc && argv[i][0] == '-'; i++) {
-    if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
-      top = strtol(argv[++i], NULL, 10);
-    } else {
-      error("unknown option '%s' for profile-diff\nTry 'magpie --help' for usage.", argv[i]);
-      return EXIT_USAGE;
-    }
-  }
-  if (argc - i != 2 || top <= 0) {
-    error("profile-diff: give OLD and NEW\nTry 'magpie --help' for usage.");
-    return EXIT_USAGE;
-  }
+  int i = two_operands(argc, argv, "profile-diff", "-n", &top, "OLD and NEW");
+  if (i < 0) return EXIT_USAGE;
   folded_t old, new;
   if (folded_read(argv[i], &old) < 0) return EXIT_TOOL_FAILED;
   if (folded_read(argv[i + 1], &new) < 0) {
