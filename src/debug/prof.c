@@ -12,9 +12,10 @@
  *      its page-map entry becomes record | PM_TAG_PROFILED: no class tag, so the fast free
  *      misses and the slow path finds the record in one load. No hash, no scan, and a sampled
  *      block can never sit in a magazine. The cost: a page for a small sampled block, about
- *      4 KiB per profile_rate bytes live (0.8% at the default rate). Its usable size is still its
- * class's, as if it came from the class, so that malloc_usable_size and realloc's hysteresis do not
- * depend on sampling; statistics count it as a small block (prof_small_totals), not a large one.
+ *      4 KiB per profile_rate bytes live (0.8% at the default rate). Its usable size is its
+ *      class's (the block is that big at least), as if it came from the class, so that
+ *      malloc_usable_size and realloc's hysteresis do not depend on sampling, and statistics
+ *      count it in its class (prof_class_totals), not among the large blocks.
  *   3. Stacks are captured before the lock (the unwinder may take the dynamic loader's lock,
  *      which a thread in dlopen holds while it allocates), deduplicated in a hash table, and
  *      never freed: the writers read their frames without the lock once listed.
@@ -24,6 +25,7 @@
  */
 #include "prof.h"
 #include "large.h"
+#include "mag.h"
 #include "meta.h"
 #include "options.h"
 #include "os.h"
@@ -42,14 +44,16 @@ typedef struct prof_block {
   prof_stack_t *stack;
   double objects, bytes; /* what it stands for */
   size_t usable;         /* its usable size: its class's for a small request (theory 2) */
-  bool small;            /* a small request (statistics count it as small) */
+  unsigned c;            /* its class (a small request; statistics count it there), or 0 */
 } prof_block_t;
 
 static lock_t prof_lock = LOCK_INIT;
-static prof_stack_t *prof_table[PROF_TABLE];                           /* (prof_lock) */
-static prof_stack_t *prof_list;                                        /* (prof_lock) */
-static size_t prof_stack_count;                                        /* (prof_lock) */
-static uint64_t prof_small_allocs, prof_small_frees, prof_small_pages; /* (prof_lock) */
+static prof_stack_t *prof_table[PROF_TABLE]; /* (prof_lock) */
+static prof_stack_t *prof_list;              /* (prof_lock) */
+static size_t prof_stack_count;              /* (prof_lock) */
+/* Sampled blocks of small requests, per class, and the pages of those live (prof_lock). */
+static uint64_t prof_class_allocs[SC_COUNT + 1], prof_class_frees[SC_COUNT + 1];
+static uint64_t prof_class_pages;
 static meta_pool_t prof_stack_pool = META_POOL(sizeof(prof_stack_t));
 static meta_pool_t prof_block_pool = META_POOL(128);
 static int prof_writing; /* a profile is being written (atomic; prof_write_begin) */
@@ -82,10 +86,10 @@ static prof_stack_t *prof_stack_get(const uintptr_t *ips, int n) {
   return s;
 }
 
-/* Records large block p, sampled; usable: its usable size, 0 for the large block's own; small:
-   a request of class size served as large (statistics count it as small). */
-static void *prof_record(void *p, size_t size, size_t unit, uint64_t points, size_t usable,
-                         bool small) {
+/* Records large block p, sampled: a request of class c (0: large), whose usable size is the
+   class's. */
+static void *prof_record(void *p, size_t size, unsigned c, uint64_t points) {
+  size_t unit = prof_clock_unit(c, size);
   uintptr_t ips[PROF_DEPTH];
   int depth = report_capture(ips, PROF_DEPTH);
   double objects = (double)points * (double)opt.profile_rate / (double)unit;
@@ -101,12 +105,11 @@ static void *prof_record(void *p, size_t size, size_t unit, uint64_t points, siz
   if (b) {
     s->live_objects += objects;
     s->live_bytes += bytes;
-    *b = (prof_block_t){(uintptr_t)p, entry, s, objects, bytes, usable ? usable : large_size(entry),
-                        small};
+    *b = (prof_block_t){(uintptr_t)p, entry, s, objects, bytes, c ? unit : large_size(entry), c};
     pagemap_set((uintptr_t)p, OS_PAGE, (uintptr_t)b | PM_TAG_PROFILED);
-    if (small) {
-      prof_small_allocs++;
-      prof_small_pages += large_size(entry);
+    if (c) {
+      prof_class_allocs[c]++;
+      prof_class_pages += large_size(entry);
     }
   }
   lock_release(&prof_lock);
@@ -114,13 +117,13 @@ static void *prof_record(void *p, size_t size, size_t unit, uint64_t points, siz
 }
 
 void *prof_adopt(void *p, size_t size, uint64_t points) {
-  return prof_record(p, size, prof_clock_unit(0, size), points, 0, false);
+  return prof_record(p, size, 0, points);
 }
 
 void *prof_alloc(size_t size, size_t align, bool zero, unsigned c, uint64_t points) {
   size_t unit = prof_clock_unit(c, size); /* a class's whole block: its usable size */
   void *p = large_alloc(c ? unit : size ? size : 1, align > OS_PAGE ? align : OS_PAGE, zero);
-  return p ? prof_record(p, size, unit, points, c ? unit : 0, c != 0) : NULL;
+  return p ? prof_record(p, size, c, points) : NULL;
 }
 
 static prof_block_t *prof_block_of(void *p, uintptr_t entry, const char *what) {
@@ -136,9 +139,9 @@ uintptr_t prof_release(void *p, uintptr_t entry) {
   lock_acquire(&prof_lock);
   b->stack->live_objects -= b->objects;
   b->stack->live_bytes -= b->bytes;
-  if (b->small) {
-    prof_small_frees++;
-    prof_small_pages -= large_size(large);
+  if (b->c) {
+    prof_class_frees[b->c]++;
+    prof_class_pages -= large_size(large);
   }
   lock_release(&prof_lock);
   pagemap_set((uintptr_t)p, OS_PAGE, large);
@@ -154,11 +157,16 @@ size_t prof_size(void *p, uintptr_t entry) {
   return prof_block_of(p, entry, "invalid pointer")->usable;
 }
 
-void prof_small_totals(uint64_t *allocs, uint64_t *frees, uint64_t *bytes) {
+void prof_class_totals(mag_totals_t *t, uint64_t *pages) {
   lock_acquire(&prof_lock);
-  *allocs = prof_small_allocs;
-  *frees = prof_small_frees;
-  *bytes = prof_small_pages;
+  for (unsigned c = 1; c <= SC_COUNT; c++) {
+    t->allocs[c] += prof_class_allocs[c];
+    t->frees[c] += prof_class_frees[c];
+    t->large_allocs -=
+        prof_class_allocs[c] < t->large_allocs ? prof_class_allocs[c] : t->large_allocs;
+    t->large_frees -= prof_class_frees[c] < t->large_frees ? prof_class_frees[c] : t->large_frees;
+  }
+  *pages = prof_class_pages;
   lock_release(&prof_lock);
 }
 

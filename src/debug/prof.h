@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mag.h"
+
 #define PROF_DEPTH 32 /* frames kept of each sampled allocation */
 
 /* One distinct allocation stack and what its samples stand for. The frames never change once
@@ -39,9 +41,9 @@ void *prof_adopt(void *p, size_t size, uint64_t points);
 void prof_free(void *p, uintptr_t entry);
 size_t prof_size(void *p, uintptr_t entry);
 uintptr_t prof_release(void *p, uintptr_t entry);
-/* Sampled blocks of small requests, which the large path served: allocations, frees, and the
-   bytes (pages) of those live, for statistics. */
-void prof_small_totals(uint64_t *allocs, uint64_t *frees, uint64_t *bytes);
+/* Statistics: moves the sampled blocks of small requests, which the large path served, from
+   t's large counts to their classes'; *pages: the bytes the live ones hold in large blocks. */
+void prof_class_totals(mag_totals_t *t, uint64_t *pages);
 /* Copies up to max stacks' figures into rows; returns how many stacks there are. */
 size_t prof_snapshot(prof_row_t *rows, size_t max);
 
