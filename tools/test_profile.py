@@ -9,6 +9,7 @@ churn_here (20,480,000 bytes allocated, all freed) the cases look for in the pro
 sampling rate is 4 KiB (a few thousand samples), so the estimates fall within a few percent
 of the truth and the 25% tolerance cannot flake. Helpers come from test_magpie.py.
 """
+import atexit
 import gzip
 import os
 import re
@@ -19,16 +20,13 @@ import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
 
-from test_magpie import Failure, check, magpie
+from test_magpie import Skip, check, magpie, main
 
-PROBE, CASE = sys.argv[2], sys.argv[3]
+PROBE = sys.argv[2]
 OUT = tempfile.mkdtemp(prefix="magpie-profile-test.")
+atexit.register(shutil.rmtree, OUT, True)
 RATE = {"MAGPIE_OPTIONS": "profile_rate=4k"}
 LEAK, KEEP, CHURN = 20000 * 256, 20000 * 768, 20000 * 1024
-
-
-class Skip(Exception):
-    pass
 
 
 def folded(path):
@@ -171,24 +169,5 @@ def test_python():
     check(re.search(r"\bPy\w+|_Py\w+", top), "python functions in pprof -top:\n" + top)
 
 
-def main():
-    test = globals().get("test_" + CASE)
-    if not test:
-        print("test_profile.py: no case named %s" % CASE, file=sys.stderr)
-        return 2
-    try:
-        test()
-    except Skip as e:
-        print("SKIPPED: tool_profile_%s: %s" % (CASE, e))
-        return 77
-    except Failure as e:
-        print("FAIL %s: %s" % (CASE, e), file=sys.stderr)
-        return 1
-    finally:
-        shutil.rmtree(OUT, ignore_errors=True)
-    print("PASS %s" % CASE)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(globals()))
