@@ -27,6 +27,9 @@ option_config(retain0 MAGPIE_OPTIONS=retain=0)
 option_config(sample1 MAGPIE_OPTIONS=sample=1)
 option_config(hugepages_always MAGPIE_OPTIONS=hugepages=always)
 option_config(hugepages_never MAGPIE_OPTIONS=hugepages=never)
+# The heap profiler at a point per 16 KiB: most magazine misses sampled, served from the large
+# path and freed, resized and measured through their records.
+option_config(profile16k MAGPIE_OPTIONS=profile_rate=16k)
 option_config(debug MAGPIE_DEBUG=default)
 set(OPTION_LABELS_debug debug) # `ctest -L debug` runs these too
 # Per-CPU magazines of 2 rounds for every thread but the first (percpu_threads=1: whatever the
@@ -36,12 +39,13 @@ set(OPTION_LABELS_debug debug) # `ctest -L debug` runs these too
 # that they are subreleased and collapsed again as often as the reaper can.
 option_config(small_mags
   MAGPIE_OPTIONS=mag_rounds=2,retain=0,reap_ms=1,percpu_threads=1,hugepages=always)
-# Thread magazines only, no reaper thread (slow paths reap, every millisecond), every
-# magazine miss sampled onto a guard page, and no huge pages.
-option_config(sampled MAGPIE_OPTIONS=percpu=0,reaper=0,sample=1,reap_ms=1,hugepages=never)
+# Thread magazines only, no reaper thread (slow paths reap, every millisecond), every magazine
+# miss sampled onto a guard page, the heap profiler sampling at 4 KiB, and no huge pages.
+option_config(sampled
+  MAGPIE_OPTIONS=percpu=0,reaper=0,sample=1,reap_ms=1,profile_rate=4k,hugepages=never)
 
 set(OPTION_CONFIGS_API percpu0 reaper0 mag_rounds2 reap_ms1 retain0 sample1 hugepages_always
-    hugepages_never debug)
+    hugepages_never profile16k debug)
 set(OPTION_CONFIGS_STRESS small_mags sampled debug)
 
 # The warnings of src/core/options.c and src/debug/debug_flags.c about MAGPIE_OPTIONS and

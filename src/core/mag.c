@@ -45,6 +45,7 @@
 #include "options.h"
 #include "os.h"
 #include "pagemap.h"
+#include "prof_clock.h"
 #include "report.h"
 #include "slab.h"
 
@@ -402,6 +403,7 @@ void mag_thread_exit(void *arg) {
   mag_sum_thread(&mag_folded, tc);
   lock_release(&mag_registry_lock);
   mag_slots_unmap(tc);
+  prof_clock_thread_exit();
   mag_tls = &tcache_dead;
   meta_free(tc->cpus ? &tcache_cpu_pool : &tcache_pool, tc);
 }

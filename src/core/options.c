@@ -31,6 +31,7 @@ options_t opt = {
     .percpu = 1,
     .hugepages = OPT_HUGE_AUTO,
     .hugepages_min = 64u << 20, /* smaller slab heaps stay on 4 KiB pages (hugepage.c) */
+    .profile_rate = 512u << 10, /* a sample per 512 KiB: well under 1% of time (profiling.md) */
 };
 
 typedef enum { OPT_SIZE, OPT_STATS_WORD, OPT_PATH, OPT_HUGE_WORD } opt_kind_t;
@@ -58,6 +59,8 @@ static const opt_entry_t opt_table[] = {
     {"percpu_threads", OPT_SIZE, offsetof(options_t, percpu_threads), 0, 0},
     {"hugepages", OPT_HUGE_WORD, offsetof(options_t, hugepages), 0, 0},
     {"hugepages_min", OPT_SIZE, offsetof(options_t, hugepages_min), 0, 0},
+    {"profile_rate", OPT_SIZE, offsetof(options_t, profile_rate), 0, (size_t)1 << 40},
+    {"profile_file", OPT_PATH, offsetof(options_t, profile_file), 0, 0},
 };
 
 static bool opt_parse_size(const char *s, size_t len, size_t *out) {

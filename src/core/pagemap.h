@@ -7,6 +7,8 @@
  *                              128-byte aligned, the tag is the size class
  *   slab | PM_TAG_CACHE        a page of an object-cache slab (magpie_cache_*)
  *   slot << 7 | PM_TAG_SAMPLE  the page of a sampled guard allocation (sample.c)
+ *   block | PM_TAG_PROFILED    the first page of a large block the heap profiler sampled: its
+ *                              record (debug/prof.c, 128-byte aligned) holds the large entry
  *   pages << 7 | PM_TAG_LARGE  the first page of a large block of that many pages
  * Entries are written only when memory is handed to a slab or a large block, before any pointer
  * into it escapes, and cleared before it is given back; readers need no lock.
@@ -22,6 +24,7 @@
 #define PM_ROOT_BITS 17
 #define PM_LEAF_BITS (47 - OS_PAGE_SHIFT - PM_ROOT_BITS)
 #define PM_TAG_MASK ((uintptr_t)127)
+#define PM_TAG_PROFILED ((uintptr_t)124)
 #define PM_TAG_SAMPLE ((uintptr_t)125)
 #define PM_TAG_CACHE ((uintptr_t)126)
 #define PM_TAG_LARGE ((uintptr_t)127)

@@ -27,13 +27,6 @@
 
 #define SYMBOLIZE_NAME_MAX 512 /* a longer demangled name is shown mangled */
 
-/* The last object file mapped for symbolising, kept while consecutive frames share it. */
-typedef struct symfile {
-  char path[256];
-  void *map;
-  size_t size;
-} symfile_t;
-
 static void symfile_close(symfile_t *f) {
   if (f->map) os_unmap_file(f->map, f->size);
   f->map = NULL;
@@ -84,23 +77,35 @@ static const char *elf_symbol(symfile_t *f, const char *path, uintptr_t bias, ui
   return best;
 }
 
-static void report_frame(report_buf_t *b, symfile_t *f, int index, uintptr_t ip) {
+/* The object and function of return address ip: path (dladdr's, or /proc/self/exe) and the
+   mangled name with ip's offset in it (NULL when no table names it); false when no object holds
+   ip. */
+static bool frame_lookup(symfile_t *f, uintptr_t ip, const char **path, const char **name,
+                         uintptr_t *off, uintptr_t *bias) {
   Dl_info info;
   struct link_map *lm = NULL;
+  if (!dladdr1((void *)(ip - 1), &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm) return false;
+  *path = info.dli_fname && info.dli_fname[0] ? info.dli_fname : "/proc/self/exe";
+  *bias = lm->l_addr;
+  *off = 0;
+  *name = elf_symbol(f, *path, lm->l_addr, ip - 1, off);
+  if (!*name && info.dli_sname) {
+    *name = info.dli_sname;
+    *off = ip - 1 - (uintptr_t)info.dli_saddr;
+  }
+  return true;
+}
+
+static void report_frame(report_buf_t *b, symfile_t *f, int index, uintptr_t ip) {
+  const char *path, *name;
+  uintptr_t off, bias;
   report_str(b, "    #");
   report_dec(b, (size_t)index);
   report_str(b, " ");
   report_hex(b, ip);
-  if (!dladdr1((void *)(ip - 1), &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm) {
+  if (!frame_lookup(f, ip, &path, &name, &off, &bias)) {
     report_str(b, "\n");
     return;
-  }
-  const char *path = info.dli_fname && info.dli_fname[0] ? info.dli_fname : "/proc/self/exe";
-  uintptr_t off = 0;
-  const char *name = elf_symbol(f, path, lm->l_addr, ip - 1, &off);
-  if (!name && info.dli_sname) {
-    name = info.dli_sname;
-    off = ip - 1 - (uintptr_t)info.dli_saddr;
   }
   if (name) {
     char plain[SYMBOLIZE_NAME_MAX];
@@ -112,6 +117,36 @@ static void report_frame(report_buf_t *b, symfile_t *f, int index, uintptr_t ip)
   report_str(b, " (");
   report_str(b, path);
   report_str(b, ")\n");
+}
+
+bool symbolize_ip(symfile_t *f, uintptr_t ip, char *name, size_t cap, const char **path) {
+  const char *found;
+  uintptr_t off, bias;
+  *path = NULL;
+  if (cap < REPORT_HEX_MAX + 4) return false;
+  if (!frame_lookup(f, ip, path, &found, &off, &bias)) return false;
+  if (found && demangle_itanium(found, name, cap)) return true;
+  if (!found) { /* "[object+0xoffset]": the same in every run, wherever the object loads */
+    const char *base = strrchr(*path, '/') ? strrchr(*path, '/') + 1 : *path;
+    size_t n = strlen(base);
+    if (n > cap - REPORT_HEX_MAX - 4) n = cap - REPORT_HEX_MAX - 4;
+    name[0] = '[';
+    memcpy(name + 1, base, n);
+    name[n + 1] = '+';
+    n += 2 + (size_t)report_format_hex(name + n + 2, ip - bias);
+    name[n] = ']';
+    name[n + 1] = '\0';
+    return false;
+  }
+  size_t n = strlen(found);
+  if (n >= cap) n = cap - 1;
+  memcpy(name, found, n);
+  name[n] = '\0';
+  return true;
+}
+
+void symbolize_end(symfile_t *f) {
+  symfile_close(f);
 }
 
 void report_frames(report_buf_t *b, const uintptr_t *ips, int n) {

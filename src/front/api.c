@@ -27,6 +27,8 @@
 #include "memcheck_mode.h"
 #include "options.h"
 #include "populate.h"
+#include "prof.h"
+#include "prof_clock.h"
 #include "report.h"
 #include "sample.h"
 #include "stats.h"
@@ -35,23 +37,35 @@
 #include <malloc.h>
 #include <string.h>
 
-/* size bytes aligned to align (a power of two; 1: the default) from the first class that is
-   a multiple of it, or the large path. */
-static void *alloc_once(size_t size, size_t align, bool zero) {
-  if (size <= SC_SMALL_MAX && align <= SC_SMALL_MAX) {
-    unsigned c = sc_of(size > align ? size : align);
-    while (sc_info[c].size & (align - 1))
-      c++; /* the 256 KiB class is a multiple of any align */
-    return mag_malloc(c, size);
-  }
+/* The first class that is a multiple of align (a power of two; 1: the default) and holds size
+   bytes, or 0: the large path. */
+static unsigned class_of(size_t size, size_t align) {
+  if (size > SC_SMALL_MAX || align > SC_SMALL_MAX) return 0;
+  unsigned c = sc_of(size > align ? size : align);
+  while (sc_info[c].size & (align - 1))
+    c++; /* the 256 KiB class is a multiple of any align */
+  return c;
+}
+
+/* size bytes aligned to align from class c, or the large path. */
+static void *alloc_once(unsigned c, size_t size, size_t align, bool zero) {
+  if (c) return mag_malloc(c, size);
   return large_alloc(size ? size : 1, align > OS_PAGE ? align : OS_PAGE, zero);
 }
 
-/* alloc_once, and once more when it found no memory and magpie gave some back. */
+/* alloc_once, and once more when it found no memory and magpie gave some back. Every
+   allocation's slow path comes here: the heap profiler's clock is charged here (prof_clock.c),
+   and a sampled block is served by the profiler. */
 static void *alloc_fresh(size_t size, size_t align, bool zero) {
+  unsigned c = class_of(size, align);
+  uint64_t points = opt.profile_rate && !memcheck_on ? prof_clock_tick(c, size) : 0;
+  if (points) {
+    void *p = prof_alloc(size, align, zero, c, points);
+    if (p) return p;
+  }
   if (memcheck_on) memcheck_quiet();
-  void *p = alloc_once(size, align, zero);
-  if (!p && cache_reclaim(size)) p = alloc_once(size, align, zero);
+  void *p = alloc_once(c, size, align, zero);
+  if (!p && cache_reclaim(size)) p = alloc_once(c, size, align, zero);
   if (memcheck_on) {
     memcheck_loud();
     memcheck_served(p, size, zero);
@@ -100,6 +114,8 @@ static void free_block(void *p) {
     large_free(p, e);
   else if (tag == PM_TAG_SAMPLE)
     sample_free(p, e);
+  else if (tag == PM_TAG_PROFILED)
+    prof_free(p, e);
   else
     bad_pointer("invalid free", p, e);
 }
@@ -141,6 +157,10 @@ static bool block_live(void *p, uintptr_t entry, size_t *size) {
   }
   if (tag == PM_TAG_SAMPLE) {
     *size = sample_size(p, entry); /* 0 for malloc(0) */
+    return true;
+  }
+  if (tag == PM_TAG_PROFILED) {
+    *size = prof_size(p, entry);
     return true;
   }
   return false;
@@ -212,9 +232,15 @@ MAGPIE_EXPORT void *magpie_realloc(void *p, size_t size) {
      O(log n) times, not at every page or size class. */
   if (size <= old && size >= old - old / 4) return p;
   size_t want = size > old && size - old < old / 4 ? old + old / 4 : size;
-  if (tag == PM_TAG_LARGE && size > SC_SMALL_MAX) {
+  if ((tag == PM_TAG_LARGE || tag == PM_TAG_PROFILED) && size > SC_SMALL_MAX) {
+    /* in place: a sampled block's record ends, and the result is a new allocation to the
+       profiler's clock, as if moved */
+    if (tag == PM_TAG_PROFILED) e = prof_release(p, e);
     void *q = large_resize(p, e, want);
-    if (q) return q;
+    if (q) {
+      uint64_t points = opt.profile_rate ? prof_clock_tick(0, size) : 0;
+      return points ? prof_adopt(q, size, points) : q;
+    }
   }
   void *q = fast_malloc(want);
   if (!q) return NULL; /* errno is ENOMEM; the old block is untouched */

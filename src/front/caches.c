@@ -9,16 +9,17 @@
  *   2. Each cache is set up by core/cache.c (its slab geometry and magazine size).
  *   3. Reaping: at most once per reap_ms, each depot returns the magazines its working set did
  *      not need to the slabs (empty slabs go to their arena) and the arenas purge their dirty
- *      pages above `retain`, whole free huge pages first (hugepage.c theory 4). Until the heap
- *      maps REAPER_START_BYTES, the first slow path to notice reaps; after that a background
- *      thread (the reaper) does, so that memory also goes back while the program is idle: when
- *      no slow path has run for REAPER_IDLE_TICKS intervals, it purges every dirty page; after
- *      each reap it collapses dense huge pages (hugepage.c theory 3). Small programs never get
- *      the thread (a thread of its own can surprise a program: unshare(CLONE_NEWUSER) needs a
- *      single-threaded process), nor does the child of a multithreaded fork; option reaper=0
- *      keeps it away altogether. cache_trim gives back everything free at once; cache_reclaim,
- *      after an allocation found no memory, gives back every cached object and wholly free span
- *      for one more try.
+ *      pages above `retain`, whole free huge pages first (hugepage.c theory 4); then a request
+ *      for a heap profile is looked for (debug/prof_write.c): one failed open when there is
+ *      none. Until the heap maps REAPER_START_BYTES, the first slow path to notice reaps; after
+ *      that a background thread (the reaper) does, so that memory also goes back while the
+ *      program is idle: when no slow path has run for REAPER_IDLE_TICKS intervals, it purges
+ *      every dirty page; after each reap it collapses dense huge pages (hugepage.c theory 3).
+ *      Small programs never get the thread (a thread of its own can surprise a program:
+ *      unshare(CLONE_NEWUSER) needs a single-threaded process), nor does the child of a
+ *      multithreaded fork; option reaper=0 keeps it away altogether. cache_trim gives back
+ *      everything free at once; cache_reclaim, after an allocation found no memory, gives back
+ *      every cached object and wholly free span for one more try.
  *   4. Object-cache ids index the threads' slot tables (mag_slots.c); ids are reused after destroy.
  *   Lock order: the one list in fork.c.
  */
@@ -33,6 +34,7 @@
 #include "options.h"
 #include "os.h"
 #include "pagemap.h"
+#include "prof.h"
 #include "report.h"
 #include "san_hooks.h"
 #include "slab.h"
@@ -84,6 +86,7 @@ static void *reaper_main(void *arg) {
     bool idle = quiet > (uint64_t)opt.reap_ms * 1000000u * REAPER_IDLE_TICKS;
     cache_reap(false, idle ? 0 : opt.retain);
     hugepage_tick();
+    prof_poll_request();
   }
   return NULL;
 }
@@ -110,8 +113,10 @@ void cache_reap_tick(void) {
   }
   uint64_t last = __atomic_load_n(&cache_last_reap, __ATOMIC_RELAXED);
   if (now - last >= period && __atomic_compare_exchange_n(&cache_last_reap, &last, now, false,
-                                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+                                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     cache_reap(false, opt.retain);
+    prof_poll_request();
+  }
 }
 
 size_t cache_trim(void) {

@@ -26,7 +26,7 @@
  *    1. stdio's list lock (glibc's; magpie takes it only here)
  *    2. stats_lock (stats.c)
  *    3. debug mode: debug_verify_lock, debug_report_lock, debug_lock (src/debug/)
- *    4. sample_lock (sample.c)
+ *    4. sample_lock (sample.c), then prof_lock (prof.c)
  *    5. cache_list_lock (caches.c)
  *    6. mag_registry_lock, then a tcache's lock or a CPU's magazine lock (mag.c, mag_percpu.c)
  *    7. a cache's depot lock, then its slab lock (depot.c, slab.c)
@@ -40,6 +40,7 @@
 #include "debug.h"
 #include "lock.h"
 #include "os.h"
+#include "prof.h"
 #include "sample.h"
 #include "stats.h"
 
@@ -56,12 +57,14 @@ static void fork_prepare(void) {
   stats_fork_prepare();
   if (debug_on) debug_fork_prepare();
   sample_fork_prepare();
+  prof_fork_prepare();
   cache_fork_prepare();
 }
 
 static void fork_parent(void) {
   if (fork_untouched) return;
   cache_fork_parent();
+  prof_fork_parent();
   sample_fork_parent();
   if (debug_on) debug_fork_parent();
   stats_fork_parent();
@@ -71,6 +74,7 @@ static void fork_parent(void) {
 static void fork_child(void) {
   if (fork_untouched) return;
   cache_fork_child();
+  prof_fork_child();
   sample_fork_child();
   if (debug_on) debug_fork_child();
   stats_fork_child();

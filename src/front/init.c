@@ -16,7 +16,7 @@
  *   4. At exit, the destructor writes the leak report (MAGPIE_DEBUG) and the statistics report
  *      if MAGPIE_OPTIONS asked for one, to the stderr the program started with: the constructor
  *      keeps a copy (report_keep_stderr), since programs such as ls close fd 2 at exit before
- *      the destructor runs.
+ *      the destructor runs. Then the heap profile, if profile_file names one (debug/prof.h).
  */
 #include "init.h"
 #include "caches.h"
@@ -27,6 +27,7 @@
 #include "memcheck_mode.h"
 #include "options.h"
 #include "os.h"
+#include "prof.h"
 #include "report.h"
 #include "san_hooks.h"
 #include "sample.h"
@@ -121,4 +122,5 @@ __attribute__((destructor)) static void magpie_destructor(void) {
   if (debug_on) debug_at_exit();
   stats_at_exit();
   memcheck_at_exit();
+  prof_at_exit();
 }

@@ -22,6 +22,7 @@
 #include "mag.h"
 #include "options.h"
 #include "os.h"
+#include "prof.h"
 #include "report.h"
 #include "sample.h"
 #include "slab.h"
@@ -31,7 +32,9 @@
 static mag_totals_t stats_totals_buf; /* mag_totals' result; large, so not on the stack */
 static lock_t stats_lock = LOCK_INIT; /* protects stats_totals_buf */
 
-static void stats_fill(stats_summary_t *s, const mag_totals_t *t) {
+static void stats_fill(stats_summary_t *s, mag_totals_t *t) {
+  uint64_t profiled_pages; /* sampled small blocks, moved from the large figures to their class */
+  prof_class_totals(t, &profiled_pages);
   memset(s, 0, sizeof *s);
   for (unsigned c = 1; c <= SC_COUNT; c++) {
     s->allocs += t->allocs[c];
@@ -51,6 +54,8 @@ static void stats_fill(stats_summary_t *s, const mag_totals_t *t) {
   s->allocs += t->large_allocs;
   s->frees += t->large_frees;
   s->large_live_bytes = large_live_bytes();
+  s->large_live_bytes -=
+      profiled_pages < s->large_live_bytes ? profiled_pages : s->large_live_bytes;
   size_t peak_blocks, peak_bytes;
   large_peaks(&peak_blocks, &peak_bytes);
   s->large_peak_blocks = peak_blocks;

@@ -193,7 +193,7 @@ static int os_open(const char *path, int flags, int mode) {
   return (int)syscall(SYS_openat, AT_FDCWD, path, flags | O_CLOEXEC, mode);
 }
 
-static ssize_t os_read(int fd, void *buf, size_t len) {
+ssize_t os_read(int fd, void *buf, size_t len) {
   ssize_t n;
   while ((n = syscall(SYS_read, fd, buf, len)) < 0 && errno == EINTR) {
   }
@@ -204,15 +204,33 @@ void os_close(int fd) {
   syscall(SYS_close, fd);
 }
 
-/* Reads a small file into buf (NUL-terminated); returns the length, or -1. */
-static ssize_t os_read_file(const char *path, char *buf, size_t cap) {
+ssize_t os_read_file(const char *path, char *buf, size_t cap) {
   int fd = os_open(path, O_RDONLY, 0);
   if (fd < 0) return -1;
-  ssize_t n = os_read(fd, buf, cap - 1);
+  size_t have = 0;
+  ssize_t n = 0;
+  while (have < cap - 1 && (n = os_read(fd, buf + have, cap - 1 - have)) > 0)
+    have += (size_t)n; /* files of /proc come a page per read */
   os_close(fd);
   if (n < 0) return -1;
-  buf[n] = '\0';
-  return n;
+  buf[have] = '\0';
+  return (ssize_t)have;
+}
+
+int os_open_private(const char *path) {
+  int fd = os_open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, 0);
+  struct stat st;
+  if (fd < 0) return -1;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      (st.st_mode & (S_IWGRP | S_IWOTH))) {
+    os_close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void os_unlink(const char *path) {
+  syscall(SYS_unlinkat, AT_FDCWD, path, 0);
 }
 
 static unsigned long os_parse_ulong(const char **s) {

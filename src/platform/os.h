@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define OS_PAGE_SHIFT 12 /* magpie's page; os_init() checks the kernel agrees */
 #define OS_PAGE ((size_t)1 << OS_PAGE_SHIFT)
@@ -92,6 +93,14 @@ void os_stdio_unlock(void);
 void os_write_all(int fd, const char *buf, size_t len);
 int os_open_write(const char *path); /* O_CREAT|O_TRUNC|O_CLOEXEC, mode 0644; -1 on failure */
 void os_close(int fd);
+ssize_t os_read(int fd, void *buf, size_t len); /* retried on EINTR; -1 on failure */
+/* Reads a file (up to cap - 1 bytes) into buf, NUL-terminated; returns the length, or -1. */
+ssize_t os_read_file(const char *path, char *buf, size_t cap);
+/* Opens path for reading when it is a regular file of this process's user that no one else
+   may write, not reached through a symbolic link (a request another user could not plant);
+   -1 otherwise. */
+int os_open_private(const char *path);
+void os_unlink(const char *path);
 int os_dup(int fd); /* a close-on-exec copy numbered 3 or more; -1 on failure */
 /* What file fd is open on (device and inode); false when fd is not open. */
 bool os_file_id(int fd, uint64_t id[2]);

@@ -1,27 +1,35 @@
-/* magpie: the command-line front end. `magpie run [--stats] [--json] [--] PROGRAM ARGS...` runs
- * PROGRAM with libmagpie.so preloaded and, with --stats, reports what the allocator saw. This
+/* magpie: the command-line front end. `magpie run [--stats] [--json] [--profile FILE] [--]
+ * PROGRAM ARGS...` runs PROGRAM with libmagpie.so preloaded and, with --stats, reports what the
+ * allocator saw; `magpie profile`, `flame` and `profile-diff` take and read heap profiles. This
  * file holds the usage text, the argument parsing and the order of one run; the work is done
  * by the modules below it, each calling only further down:
  *   main -> run (fork, exec, signals, finding the library)
  *        -> plot (a record drawn as SVG) -> json
  *        -> report (text and JSON) -> stats (the library's stats file) -> json (the scanner)
  *        -> tmpdir (the directory the stats files go to)
+ *      -> profile (a running process's profile; profile-diff), flame (the SVG) -> folded
  * and tool.h (exit statuses, error messages) beneath them all. The tool exits with PROGRAM's
  * status, like a shell; its own failures use the statuses listed in tool.h. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "plot.h"
+#include "flame.h"
+#include "profile.h"
 #include "report.h"
 #include "run.h"
 #include "tmpdir.h"
 #include "tool.h"
 
 static const char usage_text[] =
-    "Usage: magpie run [--stats] [--json] [--] PROGRAM [ARGS...]\n"
+    "Usage: magpie run [--stats] [--json] [--profile FILE] [--] PROGRAM [ARGS...]\n"
     "       magpie plot FILE [-o OUT.svg]\n"
+    "       magpie profile [--timeout SEC] PID FILE\n"
+    "       magpie flame FILE [-o OUT.svg] [--title TEXT]\n"
+    "       magpie profile-diff [-n N] OLD NEW\n"
     "       magpie version\n"
     "       magpie --help\n"
     "\n"
@@ -35,12 +43,20 @@ static const char usage_text[] =
     "              bytes requested, peak live bytes, peak RSS, peak mapped bytes and\n"
     "              the busiest size classes\n"
     "  --json      print the report as one JSON object instead (implies --stats)\n"
+    "  --profile FILE  when PROGRAM ends, write its heap profile: FILE (gzipped pprof:\n"
+    "              live heap and allocations; `go tool pprof -top FILE`) and\n"
+    "              FILE.inuse.folded, FILE.alloc.folded (folded stacks, bytes)\n"
     "  --          end of options; what follows is PROGRAM and its arguments\n"
     "  -h, --help  show this help\n"
     "\n"
     "magpie plot draws a record (JSON Lines written by magpie run --record FILE) as an\n"
     "SVG picture: RSS, live, cached and mapped bytes against time, and the live bytes of\n"
     "the busiest size classes. OUT.svg defaults to FILE with .jsonl replaced by .svg.\n"
+    "magpie profile asks the running process PID (under magpie, same user) to write its\n"
+    "heap profile to FILE now, as --profile does at exit; it answers at its next reap.\n"
+    "magpie flame draws a flame graph (SVG, default FILE.svg) of folded stacks (FILE.*.folded;\n"
+    "a pprof FILE stands for FILE.inuse.folded). magpie profile-diff prints the stacks whose\n"
+    "live bytes grew most from profile OLD to NEW (leak hunting).\n"
     "\n"
     "Environment:\n"
     "  MAGPIE_OPTIONS  allocator options (name=value,...), passed on to PROGRAM\n"
@@ -50,7 +66,8 @@ static const char usage_text[] =
     "126 PROGRAM could not be executed; 127 PROGRAM was not found.\n"
     "\n"
     "Example:\n"
-    "  magpie run --stats -- python3 -c 'print(len([str(i) for i in range(10**6)]))'\n";
+    "  magpie run --stats -- python3 -c 'print(len([str(i) for i in range(10**6)]))'\n"
+    "  magpie run --profile heap.pb.gz -- ./server && magpie flame heap.pb.gz -o heap.svg\n";
 
 static void usage(FILE *out) {
   fputs(usage_text, out);
@@ -66,6 +83,7 @@ static int usage_error(const char *fmt, const char *what) {
 
 static int cmd_run(int argc, char **argv) {
   int stats = 0, json = 0, i;
+  const char *profile = NULL;
   for (i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--") == 0) {
@@ -77,6 +95,8 @@ static int cmd_run(int argc, char **argv) {
       stats = 1;
     } else if (strcmp(a, "--json") == 0) {
       stats = json = 1;
+    } else if (strcmp(a, "--profile") == 0 && i + 1 < argc) {
+      profile = argv[++i];
     } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       usage(stdout);
       return 0;
@@ -86,13 +106,16 @@ static int cmd_run(int argc, char **argv) {
   }
   if (i >= argc) return usage_error("%s", "run: no PROGRAM given");
 
-  char lib[PATH_MAX], dir[PATH_MAX];
+  char lib[PATH_MAX], dir[PATH_MAX], profile_path[PATH_MAX];
   if (find_library(lib, sizeof lib) < 0) return EXIT_TOOL_FAILED;
+  if (profile && profile_absolute(profile, profile_path, sizeof profile_path) < 0)
+    return EXIT_TOOL_FAILED;
   if (stats && make_stats_dir(dir, sizeof dir) < 0) return EXIT_TOOL_FAILED;
 
   run_result_t r;
   memset(&r, 0, sizeof r);
   r.program = argv[i];
+  r.profile = profile ? profile_path : NULL;
   int rc = run_program(argv + i, lib, stats ? dir : NULL, &r);
   if (rc == 0 && r.exec_errno) {
     if (r.exec_errno == ENOENT)
@@ -100,6 +123,10 @@ static int cmd_run(int argc, char **argv) {
     else
       error("cannot run %s: %s", r.program, strerror(r.exec_errno));
   }
+  if (rc == 0 && profile && !r.exec_errno && access(profile_path, R_OK) < 0)
+    error("%s wrote no heap profile to %s (it ended without running exit handlers, or "
+          "MAGPIE_OPTIONS has profile_rate=0)",
+          r.program, profile_path);
   if (stats) {
     if (rc == 0) {
       r.children = count_other_stats(dir, r.pid);
@@ -147,6 +174,9 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
   if (strcmp(cmd, "plot") == 0) return cmd_plot(argc - 2, argv + 2);
+  if (strcmp(cmd, "profile") == 0) return cmd_profile(argc - 2, argv + 2);
+  if (strcmp(cmd, "profile-diff") == 0) return cmd_profile_diff(argc - 2, argv + 2);
+  if (strcmp(cmd, "flame") == 0) return cmd_flame(argc - 2, argv + 2);
   if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);
   return usage_error("unknown command '%s'", cmd);
 }

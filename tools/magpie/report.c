@@ -34,7 +34,7 @@ static char *fmt_count(uint64_t v, char *buf, size_t cap) {
 }
 
 /* Writes a byte count in binary units ("512 B", "1.5 KiB", "3.2 MiB") into buf; returns buf. */
-static char *fmt_bytes(uint64_t v, char *buf, size_t cap) {
+char *fmt_bytes(uint64_t v, char *buf, size_t cap) {
   static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   if (v < 1024) {
     snprintf(buf, cap, "%llu B", (unsigned long long)v);

@@ -4,8 +4,13 @@
 
 #include "run.h"
 
+#include <stddef.h>
+#include <stdint.h>
+
 /* Reads the program's statistics from stats_dir and reports them, as text or, when json is set,
  * as one JSON object; with no statistics to read it says why, in plain words. */
 void report_stats(const run_result_t *r, const char *stats_dir, int json);
+/* Writes a byte count in binary units ("512 B", "1.5 KiB", "3.2 MiB") into buf; returns buf. */
+char *fmt_bytes(uint64_t v, char *buf, size_t cap);
 
 #endif

@@ -7,7 +7,8 @@
  *    the user already set, so it interposes before the other preloads.
  * 2. Asking for statistics. With a stats directory the tool appends
  *    "stats=json,stats_file=DIR/stats.%p" after the user's own MAGPIE_OPTIONS; the library keeps
- *    the last value of an option, so the tool's settings win.
+ *    the last value of an option, so the tool's settings win. A heap profile is asked for the
+ *    same way: "profile_file=PATH".
  * 3. Running. fork, then execvp in the child. The child reports an exec failure to the parent
  *    through a close-on-exec pipe (one errno value; end of file means exec succeeded), so "not
  *    found" is told apart from a program that itself exits 127. While the program runs the tool
@@ -88,14 +89,19 @@ static int join_env(const char *name, const char *value, char sep, int ours_firs
 }
 
 /* The child: set up the environment, exec, and report an exec failure on fd. */
-static void run_child(char **argv, const char *lib, const char *stats_dir, const sigset_t *mask,
-                      int fd) {
+static void run_child(char **argv, const char *lib, const char *stats_dir, const char *profile,
+                      const sigset_t *mask, int fd) {
   int err = 0;
   sigprocmask(SIG_SETMASK, mask, NULL);
   if (join_env("LD_PRELOAD", lib, ':', 1) < 0) err = errno;
   if (!err && stats_dir) {
     char opts[PATH_MAX + 64];
     snprintf(opts, sizeof opts, "stats=json,stats_file=%s/" STATS_PREFIX "%%p", stats_dir);
+    if (join_env("MAGPIE_OPTIONS", opts, ',', 0) < 0) err = errno;
+  }
+  if (!err && profile) {
+    char opts[PATH_MAX + 32];
+    snprintf(opts, sizeof opts, "profile_file=%s", profile);
     if (join_env("MAGPIE_OPTIONS", opts, ',', 0) < 0) err = errno;
   }
   if (!err) {
@@ -131,7 +137,7 @@ int run_program(char **argv, const char *lib, const char *stats_dir, run_result_
   }
   if (pid == 0) {
     close(pipefd[0]);
-    run_child(argv, lib, stats_dir, &old_mask, pipefd[1]);
+    run_child(argv, lib, stats_dir, r->profile, &old_mask, pipefd[1]);
   }
   close(pipefd[1]);
   r->pid = pid;

@@ -14,12 +14,14 @@ typedef struct {
   int exit_status;     /* what the tool exits with */
   uint64_t peak_rss;   /* bytes, from ru_maxrss */
   size_t children;     /* other stats files: the program's children */
+  const char *profile; /* the heap profile's path (absolute) to ask for at exit, or NULL */
 } run_result_t;
 
 /* Finds LIBRARY_NAME beside this executable; returns 0, or -1 after reporting why. */
 int find_library(char *lib, size_t cap);
 /* Runs argv with lib preloaded and, when stats_dir is not NULL, the library told to write its
- * statistics there; fills r (r->program set by the caller); returns 0, or -1 when the tool
+ * statistics there (and its heap profile to r->profile when set); fills r (r->program and
+ * r->profile set by the caller); returns 0, or -1 when the tool
  * itself failed. */
 int run_program(char **argv, const char *lib, const char *stats_dir, run_result_t *r);
 
