@@ -18,6 +18,7 @@
 #include "debug.h"
 #include "export.h"
 #include "hugepage.h"
+#include "init.h"
 #include "large.h"
 #include "mag.h"
 #include "options.h"
@@ -130,6 +131,7 @@ static void stats_hugepages(report_buf_t *b, bool json) {
 }
 
 void stats_write(int fd, int format) {
+  magpie_init(); /* a report may be the program's first call: the arenas must exist */
   bool json = format == MAGPIE_STATS_JSON;
   report_buf_t b = {.to_fd = true, .fd = fd};
   stats_summary_t s;
