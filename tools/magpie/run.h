@@ -16,11 +16,21 @@ typedef struct {
   size_t children;     /* other stats files: the program's children */
 } run_result_t;
 
+/* What to do while the program runs (--record): options for the library, appended to
+ * MAGPIE_OPTIONS, and a call every interval_ms until the program ends. */
+typedef struct {
+  const char *options;
+  unsigned interval_ms;
+  void (*tick)(void *ctx, pid_t pid);
+  void *ctx;
+} run_watch_t;
+
 /* Finds LIBRARY_NAME beside this executable; returns 0, or -1 after reporting why. */
 int find_library(char *lib, size_t cap);
 /* Runs argv with lib preloaded and, when stats_dir is not NULL, the library told to write its
  * statistics there; fills r (r->program set by the caller); returns 0, or -1 when the tool
  * itself failed. */
-int run_program(char **argv, const char *lib, const char *stats_dir, run_result_t *r);
+int run_program(char **argv, const char *lib, const char *stats_dir, const run_watch_t *watch,
+                run_result_t *r);
 
 #endif
