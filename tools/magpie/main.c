@@ -126,6 +126,7 @@ static int cmd_run(int argc, char **argv) {
   run_result_t r;
   memset(&r, 0, sizeof r);
   r.program = argv[i];
+  r.stats_json = json;
   int rc = run_program(argv + i, lib, stats ? dir : NULL, record ? &watch : NULL, &r);
   if (record) {
     live_close(rec.area);

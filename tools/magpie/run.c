@@ -80,14 +80,15 @@ static int join_env(const char *name, const char *value, char sep, int ours_firs
 }
 
 /* The child: set up the environment, exec, and report an exec failure on fd. */
-static void run_child(char **argv, const char *lib, const char *stats_dir,
+static void run_child(char **argv, const char *lib, const char *stats_dir, int stats_json,
                       const run_watch_t *watch, const sigset_t *mask, int fd) {
   int err = 0;
   sigprocmask(SIG_SETMASK, mask, NULL);
   if (join_env("LD_PRELOAD", lib, ':', 1) < 0) err = errno;
   if (!err && stats_dir) {
     char opts[PATH_MAX + 64];
-    snprintf(opts, sizeof opts, "stats=json,stats_file=%s/" STATS_PREFIX "%%p", stats_dir);
+    snprintf(opts, sizeof opts, "stats=%s,stats_file=%s/" STATS_PREFIX "%%p",
+             stats_json ? "json" : "text", stats_dir);
     if (join_env("MAGPIE_OPTIONS", opts, ',', 0) < 0) err = errno;
   }
   if (!err && watch && join_env("MAGPIE_OPTIONS", watch->options, ',', 0) < 0) err = errno;
@@ -138,7 +139,7 @@ int run_program(char **argv, const char *lib, const char *stats_dir, const run_w
   }
   if (pid == 0) {
     close(pipefd[0]);
-    run_child(argv, lib, stats_dir, watch, &old_mask, pipefd[1]);
+    run_child(argv, lib, stats_dir, r->stats_json, watch, &old_mask, pipefd[1]);
   }
   close(pipefd[1]);
   r->pid = pid;

@@ -8,6 +8,7 @@
 
 typedef struct {
   const char *program; /* argv[0] of the program, for messages */
+  int stats_json;      /* the library writes its statistics as JSON, else as text */
   pid_t pid;           /* the program's pid */
   int wait_status;     /* from wait4; meaningless when exec_errno != 0 */
   int exec_errno;      /* why exec failed, or 0 */
@@ -28,7 +29,7 @@ typedef struct {
 /* Finds LIBRARY_NAME beside this executable; returns 0, or -1 after reporting why. */
 int find_library(char *lib, size_t cap);
 /* Runs argv with lib preloaded and, when stats_dir is not NULL, the library told to write its
- * statistics there; fills r (r->program set by the caller); returns 0, or -1 when the tool
+ * statistics there; fills r (r->program and r->stats_json set by the caller); returns 0, or -1 when the tool
  * itself failed. */
 int run_program(char **argv, const char *lib, const char *stats_dir, const run_watch_t *watch,
                 run_result_t *r);
