@@ -55,6 +55,10 @@
   ((STATS_CPU_OFFSET + STATS_CPU_ROWS * sizeof(magpie_area_cpu_t) + OS_PAGE - 1) & ~(OS_PAGE - 1))
 #define STATS_TOP_ROWS 5 /* rows of the text report's tables */
 
+_Static_assert(offsetof(magpie_area_t, seq) == 16 && offsetof(magpie_area_t, pid) == 72 &&
+                   offsetof(magpie_area_t, allocs) == 96,
+               "the live area's header is laid out as docs/stats.md says");
+
 static mag_totals_t stats_totals_buf; /* mag_totals' result; large, so not on the stack */
 static uint64_t stats_snap_words[STATS_AREA_SIZE / 8]; /* the snapshot (stats_lock) */
 static lock_t stats_lock = LOCK_INIT; /* protects the two above and the area's writes */
