@@ -55,11 +55,11 @@ typedef struct magpie_area_class {
   uint64_t kind, index;
   uint64_t size; /* object size (class size) in bytes */
   uint64_t allocs, frees, live_bytes;
-  uint64_t misses;           /* operations past the threads' or CPUs' magazines */
-  uint64_t depot_exchanges;  /* magazines traded with the depot */
-  uint64_t mag_rounds;       /* magazine size for this cache now */
-  uint64_t cached_mags;      /* free objects in threads' and CPUs' magazines */
-  uint64_t cached_depot;     /* free objects in the depot's full magazines */
+  uint64_t misses;          /* operations past the threads' or CPUs' magazines */
+  uint64_t depot_exchanges; /* magazines traded with the depot */
+  uint64_t mag_rounds;      /* magazine size for this cache now */
+  uint64_t cached_mags;     /* free objects in threads' and CPUs' magazines */
+  uint64_t cached_depot;    /* free objects in the depot's full magazines */
   uint64_t depot_full_mags, depot_empty_mags;
   uint64_t slabs, slab_objects; /* slabs held, and objects they can hold */
   uint64_t slab_objects_out;    /* objects out of the slabs: live or cached */

@@ -113,8 +113,7 @@ static int contend(int threads, long ops) {
 int main(int argc, char **argv) {
   if (argc >= 5 && strcmp(argv[1], "--hold") == 0)
     return hold(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10), atof(argv[4]));
-  if (argc >= 4 && strcmp(argv[1], "--contend") == 0)
-    return contend(atoi(argv[2]), atol(argv[3]));
+  if (argc >= 4 && strcmp(argv[1], "--contend") == 0) return contend(atoi(argv[2]), atol(argv[3]));
   if (argc >= 2 && strcmp(argv[1], "--malloc-info") == 0) return malloc_info(0, stdout) != 0;
   if (argc >= 2 && strcmp(argv[1], "--quick-exit") == 0) {
     if (churn(100, 64) < 0) return 1;

@@ -80,7 +80,7 @@ void (*mag_miss_hook)(void) = mag_no_hook;
 
 static uint64_t mag_large_requested; /* bytes requested in large blocks, ever (atomic) */
 static size_t mag_held;              /* bytes handed out or in magazines (atomic) */
-static size_t mag_held_most; /* its high-water mark (atomic) */
+static size_t mag_held_most;         /* its high-water mark (atomic) */
 
 void mag_raise_peak(size_t *peak, size_t now) {
   size_t seen = __atomic_load_n(peak, __ATOMIC_RELAXED);

@@ -218,7 +218,8 @@ static void stats_snapshot(void) {
     handed_out += stats_totals_buf.allocs[c] * sc_info[c].size;
     snap_cache(&malloc_caches[c], 0, c, stats_totals_buf.allocs[c], stats_totals_buf.frees[c]);
   }
-  uint64_t small_requested = stats_totals_buf.bytes_requested - stats_totals_buf.large_bytes_requested;
+  uint64_t small_requested =
+      stats_totals_buf.bytes_requested - stats_totals_buf.large_bytes_requested;
   a->rounding_bytes = handed_out > small_requested ? handed_out - small_requested : 0;
   cache_each_object_cache(snap_object_cache, NULL);
   lock_stats_t l = {0, 0, 0};
@@ -267,9 +268,9 @@ void stats_publish(uint64_t now) {
                                 __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     return;
   }
-  if (now < due || !__atomic_compare_exchange_n(&stats_publish_due, &due,
-                                                now + (uint64_t)ms * 1000000u, false,
-                                                __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+  if (now < due ||
+      !__atomic_compare_exchange_n(&stats_publish_due, &due, now + (uint64_t)ms * 1000000u, false,
+                                   __ATOMIC_RELAXED, __ATOMIC_RELAXED))
     return;
   lock_acquire(&stats_lock);
   stats_snapshot();

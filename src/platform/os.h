@@ -38,8 +38,8 @@ bool os_fence_threads_register(void);
 /* A full memory barrier in every thread of the process, running or not: after it, each has
    either seen what the caller stored before, or the caller sees what it stored before. */
 bool os_fence_threads(void);
-uint64_t os_now_ns(void);   /* monotonic, coarse (a few ms) */
-uint64_t os_clock_ns(void); /* monotonic, fine (a vDSO call): lock wait times */
+uint64_t os_now_ns(void);      /* monotonic, coarse (a few ms) */
+uint64_t os_clock_ns(void);    /* monotonic, fine (a vDSO call): lock wait times */
 uint64_t os_realtime_ns(void); /* wall-clock time, ns since the epoch */
 void os_sleep_ms(size_t ms);
 /* A detached thread with every signal blocked (they belong to the program's threads). */

@@ -30,7 +30,8 @@ static void json_classes(FILE *out, const live_snapshot_t *s, int full) {
   for (uint32_t i = 0, first = 1; i < s->head.class_count; i++) {
     const magpie_area_class_t *c = &s->classes[i];
     if (c->kind != 0) continue;
-    fprintf(out, "%s{\"size\":%" PRIu64 ",\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64
+    fprintf(out,
+            "%s{\"size\":%" PRIu64 ",\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64
             ",\"live_bytes\":%" PRIu64,
             first ? "" : ",", c->size, c->allocs, c->frees, c->live_bytes);
     first = 0;
@@ -85,7 +86,8 @@ void inspect_record_tick(void *recorder, pid_t pid) {
   if (s.head.published != r->last_published) {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    double t = (double)(now.tv_sec - r->start.tv_sec) + (double)(now.tv_nsec - r->start.tv_nsec) / 1e9;
+    double t =
+        (double)(now.tv_sec - r->start.tv_sec) + (double)(now.tv_nsec - r->start.tv_nsec) / 1e9;
     inspect_record_line(r->out, t, &s);
     fflush(r->out);
     r->last_published = s.head.published;
@@ -116,9 +118,9 @@ void inspect_text(FILE *out, const live_snapshot_t *s) {
     const char *label;
     uint64_t v;
   } rows[] = {
-      {"allocations", h->allocs},     {"frees", h->frees},
-      {"live bytes", h->live_bytes},  {"cached bytes", h->cached_bytes},
-      {"mapped bytes", h->mapped_bytes}, {"RSS bytes", h->rss_bytes},
+      {"allocations", h->allocs},         {"frees", h->frees},
+      {"live bytes", h->live_bytes},      {"cached bytes", h->cached_bytes},
+      {"mapped bytes", h->mapped_bytes},  {"RSS bytes", h->rss_bytes},
       {"huge-page bytes", h->huge_bytes}, {"lost to rounding", h->rounding_bytes},
       {"threads", h->threads_live},
   };
@@ -137,8 +139,9 @@ void inspect_text(FILE *out, const live_snapshot_t *s) {
             "misses", "slabs", "mag");
     for (uint32_t i = 0; i < n && i < INSPECT_TOP; i++) {
       const magpie_area_class_t *c = &s->classes[order[i]];
-      fprintf(out, "    %10" PRIu64 " %14" PRIu64 " %14" PRIu64 " %14" PRIu64 " %10" PRIu64
-              " %6" PRIu64 " %4" PRIu64 "\n",
+      fprintf(out,
+              "    %10" PRIu64 " %14" PRIu64 " %14" PRIu64 " %14" PRIu64 " %10" PRIu64 " %6" PRIu64
+              " %4" PRIu64 "\n",
               c->size, c->allocs, c->frees, c->live_bytes, c->misses, c->slabs, c->mag_rounds);
     }
   }
@@ -147,8 +150,8 @@ void inspect_text(FILE *out, const live_snapshot_t *s) {
     if (s->locks[i].contended) order[n++] = i;
   qsort(order, n, sizeof *order, by_wait);
   if (n) {
-    fprintf(out, "  most contended locks (%u of %u contended):\n", n < INSPECT_TOP ? n : INSPECT_TOP,
-            n);
+    fprintf(out, "  most contended locks (%u of %u contended):\n",
+            n < INSPECT_TOP ? n : INSPECT_TOP, n);
     fprintf(out, "    %-20s %14s %12s %12s\n", "lock", "acquisitions", "contended", "waited ms");
     for (uint32_t i = 0; i < n && i < INSPECT_TOP; i++) {
       const magpie_area_lock_t *l = &s->locks[order[i]];

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LIVE_TRIES 1000                   /* copies tried before giving up (LIVE_BUSY) */
+#define LIVE_TRIES 1000                  /* copies tried before giving up (LIVE_BUSY) */
 #define LIVE_AREA_MAX ((size_t)64 << 20) /* a larger area is not magpie's */
 
 struct live {
@@ -105,8 +105,8 @@ int live_open(pid_t pid, live_t **out, char *why, size_t cap) {
 }
 
 /* Copies count rows of have bytes each at offset off of the copy into rows of want bytes. */
-static void *widen_rows(const char *copy, size_t size, uint32_t off, uint32_t count,
-                        uint32_t have, size_t want) {
+static void *widen_rows(const char *copy, size_t size, uint32_t off, uint32_t count, uint32_t have,
+                        size_t want) {
   void *rows = calloc(count ? count : 1, want);
   if (!rows) return NULL;
   size_t n = have < want ? have : want;
@@ -137,8 +137,8 @@ int live_read(live_t *l, live_snapshot_t *snap, char *why, size_t cap) {
       return LIVE_BAD_AREA;
     }
     memcpy(&snap->head, c, c->header_size < sizeof snap->head ? c->header_size : sizeof snap->head);
-    snap->classes = widen_rows(l->copy, l->size, c->class_offset, c->class_count,
-                               c->class_row_size, sizeof *snap->classes);
+    snap->classes = widen_rows(l->copy, l->size, c->class_offset, c->class_count, c->class_row_size,
+                               sizeof *snap->classes);
     snap->locks = widen_rows(l->copy, l->size, c->lock_offset, c->lock_count, c->lock_row_size,
                              sizeof *snap->locks);
     snap->cpus = widen_rows(l->copy, l->size, c->cpu_offset, c->cpu_count, c->cpu_row_size,

@@ -23,11 +23,11 @@ typedef struct {
 
 enum {
   LIVE_OK = 0,
-  LIVE_NO_PROCESS,   /* no such process, or /proc/PID/fd cannot be read (permission) */
-  LIVE_NO_AREA,      /* no magpie, or it has not published yet */
-  LIVE_BAD_VERSION,  /* a layout major this tool does not know */
-  LIVE_BAD_AREA,     /* not a magpie area, or inconsistent */
-  LIVE_BUSY,         /* no consistent copy after many tries */
+  LIVE_NO_PROCESS,  /* no such process, or /proc/PID/fd cannot be read (permission) */
+  LIVE_NO_AREA,     /* no magpie, or it has not published yet */
+  LIVE_BAD_VERSION, /* a layout major this tool does not know */
+  LIVE_BAD_AREA,    /* not a magpie area, or inconsistent */
+  LIVE_BUSY,        /* no consistent copy after many tries */
 };
 
 /* Opens pid's area; returns LIVE_OK and *out, or a LIVE_* error with why[] explaining. */

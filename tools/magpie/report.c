@@ -1,10 +1,10 @@
 /* report: the text and JSON reports, and the number formatting they use. The text report is for
  * people: the library's own text report (counts with thousands separators, bytes in binary
  * units with the exact count beside them, the busiest size classes, the most contended locks)
- * under the tool's heading, with peak RSS added. The JSON report is for programs: the library's own object
- * passed through unchanged, with the tool's keys (peak RSS, exit status, child processes) added
- * before its closing brace. A missing or unreadable stats file is reported in plain words; peak
- * RSS comes from wait4 and is reported either way. */
+ * under the tool's heading, with peak RSS added. The JSON report is for programs: the library's own
+ * object passed through unchanged, with the tool's keys (peak RSS, exit status, child processes)
+ * added before its closing brace. A missing or unreadable stats file is reported in plain words;
+ * peak RSS comes from wait4 and is reported either way. */
 #include "report.h"
 
 #include <errno.h>

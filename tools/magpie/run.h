@@ -29,8 +29,8 @@ typedef struct {
 /* Finds LIBRARY_NAME beside this executable; returns 0, or -1 after reporting why. */
 int find_library(char *lib, size_t cap);
 /* Runs argv with lib preloaded and, when stats_dir is not NULL, the library told to write its
- * statistics there; fills r (r->program and r->stats_json set by the caller); returns 0, or -1 when the tool
- * itself failed. */
+ * statistics there; fills r (r->program and r->stats_json set by the caller); returns 0, or -1 when
+ * the tool itself failed. */
 int run_program(char **argv, const char *lib, const char *stats_dir, const run_watch_t *watch,
                 run_result_t *r);
 
