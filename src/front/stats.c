@@ -294,6 +294,32 @@ static void json_name(report_buf_t *b, const char *name) {
   report_str(b, "\"");
 }
 
+/* A class's or object cache's figures, after its "class" or "name" (docs/stats.md). */
+static void json_cache_figures(report_buf_t *b, const magpie_area_class_t *r) {
+  const struct {
+    const char *key;
+    uint64_t v;
+  } figures[] = {
+      {"size", r->size},
+      {"allocs", r->allocs},
+      {"frees", r->frees},
+      {"live_bytes", r->live_bytes},
+      {"misses", r->misses},
+      {"depot_exchanges", r->depot_exchanges},
+      {"mag_rounds", r->mag_rounds},
+      {"cached", r->cached_mags + r->cached_depot},
+      {"cached_mags", r->cached_mags},
+      {"cached_depot", r->cached_depot},
+      {"depot_full", r->depot_full_mags},
+      {"depot_empty", r->depot_empty_mags},
+      {"slabs", r->slabs},
+      {"slab_objects", r->slab_objects},
+      {"slab_objects_out", r->slab_objects_out},
+  };
+  for (size_t i = 0; i < sizeof figures / sizeof figures[0]; i++)
+    json_field(b, figures[i].key, figures[i].v);
+}
+
 static void stats_write_json(report_buf_t *b) {
   const magpie_area_t *a = SNAP;
   report_str(b, "{\"magpie\":1,\"schema\":");
@@ -323,46 +349,22 @@ static void stats_write_json(report_buf_t *b) {
   };
   for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
     json_field(b, top[i].key, top[i].v);
-  report_str(b, ",\"classes\":[");
-  for (uint32_t i = 0, first = 1; i < a->class_count; i++) {
-    const magpie_area_class_t *r = SNAP_CLASS(i);
-    if (r->kind != 0) continue;
-    report_str(b, first ? "{\"class\":" : ",{\"class\":");
-    first = 0;
-    report_dec(b, r->index);
-    json_field(b, "size", r->size);
-    json_field(b, "allocs", r->allocs);
-    json_field(b, "frees", r->frees);
-    json_field(b, "live_bytes", r->live_bytes);
-    json_field(b, "misses", r->misses);
-    json_field(b, "depot_exchanges", r->depot_exchanges);
-    json_field(b, "mag_rounds", r->mag_rounds);
-    json_field(b, "cached", r->cached_mags + r->cached_depot);
-    json_field(b, "cached_mags", r->cached_mags);
-    json_field(b, "cached_depot", r->cached_depot);
-    json_field(b, "depot_full", r->depot_full_mags);
-    json_field(b, "depot_empty", r->depot_empty_mags);
-    json_field(b, "slabs", r->slabs);
-    json_field(b, "slab_objects", r->slab_objects);
-    json_field(b, "slab_objects_out", r->slab_objects_out);
-    report_str(b, "}");
-  }
-  report_str(b, "],\"object_caches\":[");
-  for (uint32_t i = 0, first = 1; i < a->class_count; i++) {
-    const magpie_area_class_t *r = SNAP_CLASS(i);
-    if (r->kind != 1) continue;
-    if (!first) report_str(b, ",");
-    first = 0;
-    json_name(b, r->name);
-    json_field(b, "size", r->size);
-    json_field(b, "misses", r->misses);
-    json_field(b, "depot_exchanges", r->depot_exchanges);
-    json_field(b, "mag_rounds", r->mag_rounds);
-    json_field(b, "cached_depot", r->cached_depot);
-    json_field(b, "slabs", r->slabs);
-    json_field(b, "slab_objects", r->slab_objects);
-    json_field(b, "slab_objects_out", r->slab_objects_out);
-    report_str(b, "}");
+  for (uint64_t kind = 0; kind < 2; kind++) {
+    report_str(b, kind ? "],\"object_caches\":[" : ",\"classes\":[");
+    for (uint32_t i = 0, first = 1; i < a->class_count; i++) {
+      const magpie_area_class_t *r = SNAP_CLASS(i);
+      if (r->kind != kind) continue;
+      if (!first) report_str(b, ",");
+      first = 0;
+      if (kind) {
+        json_name(b, r->name);
+      } else {
+        report_str(b, "{\"class\":");
+        report_dec(b, r->index);
+      }
+      json_cache_figures(b, r);
+      report_str(b, "}");
+    }
   }
   report_str(b, "],\"locks\":[");
   for (uint32_t i = 0; i < a->lock_count; i++) {
