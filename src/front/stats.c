@@ -184,8 +184,8 @@ static void stats_snapshot(void) {
   mag_totals(&stats_totals_buf);
   stats_summary_t s;
   stats_fill(&s, &stats_totals_buf);
-  memset(stats_snap_words, 0, sizeof stats_snap_words);
   magpie_area_t *a = SNAP;
+  memset(a, 0, sizeof *a); /* rows are written whole as they are added */
   a->magic = MAGPIE_AREA_MAGIC;
   a->major = MAGPIE_AREA_MAJOR;
   a->minor = MAGPIE_AREA_MINOR;
@@ -256,7 +256,12 @@ static void stats_area_write(void) {
   SNAP->seq = seq + 1;
   SNAP->published = ++stats_published;
   SNAP->publish_ns = os_realtime_ns();
-  memcpy(stats_area, stats_snap_words, STATS_AREA_SIZE);
+  /* The header and the rows in use: rows past the counts are never read. */
+  const magpie_area_t *a = SNAP;
+  memcpy(stats_area, a, sizeof *a);
+  memcpy(stats_area + a->class_offset, SNAP_CLASS(0), a->class_count * sizeof(magpie_area_class_t));
+  memcpy(stats_area + a->lock_offset, SNAP_LOCK(0), a->lock_count * sizeof(magpie_area_lock_t));
+  memcpy(stats_area + a->cpu_offset, SNAP_CPU(0), a->cpu_count * sizeof(magpie_area_cpu_t));
   __atomic_store_n(&area->seq, seq + 2, __ATOMIC_RELEASE); /* every field before the even count */
 }
 
