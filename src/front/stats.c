@@ -64,7 +64,8 @@ static uint64_t stats_snap_words[STATS_AREA_SIZE / 8]; /* the snapshot (stats_lo
 static lock_t stats_lock = LOCK_INIT; /* protects the two above and the area's writes */
 static char *stats_area;              /* the live area, or NULL before the first publish */
 static int stats_area_fd = -1;
-static uint64_t stats_published;   /* snapshots published (stats_lock) */
+static bool stats_area_refused;  /* the kernel (or a sandbox) refused the memfd: not asked again */
+static uint64_t stats_published; /* snapshots published (stats_lock) */
 static uint64_t stats_publish_due; /* os_now_ns of the next publish (atomic) */
 
 #define SNAP ((magpie_area_t *)stats_snap_words)
@@ -246,7 +247,10 @@ static void stats_snapshot(void) {
 static void stats_area_write(void) {
   if (!stats_area) {
     stats_area = os_map_shared(MAGPIE_AREA_NAME, STATS_AREA_SIZE, &stats_area_fd);
-    if (!stats_area) return;
+    if (!stats_area) {
+      stats_area_refused = true;
+      return;
+    }
   }
   magpie_area_t *area = (magpie_area_t *)stats_area;
   /* The odd count before any field: a sequentially consistent exchange is a full barrier on
@@ -278,8 +282,10 @@ void stats_publish(uint64_t now) {
                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
     return;
   lock_acquire(&stats_lock);
-  stats_snapshot();
-  stats_area_write();
+  if (!stats_area_refused) {
+    stats_snapshot();
+    stats_area_write();
+  }
   lock_release(&stats_lock);
 }
 
