@@ -30,11 +30,12 @@ set(OPTION_LABELS_debug debug) # `ctest -L debug` runs these too
 # Per-CPU magazines of 2 rounds for every thread but the first (percpu_threads=1: whatever the
 # machine's CPU count), the reaper thread every millisecond taking idle CPUs' and threads'
 # magazines, and an arena that keeps no free memory: every exchange between magazines, depots,
-# slabs and the arena happens as often as it can.
-option_config(small_mags MAGPIE_OPTIONS=mag_rounds=2,retain=0,reap_ms=1,percpu_threads=1)
-# Thread magazines only, no reaper thread (slow paths reap, every millisecond), and every
-# magazine miss sampled onto a guard page.
-option_config(sampled MAGPIE_OPTIONS=percpu=0,reaper=0,sample=1,reap_ms=1)
+# slabs and the arena happens as often as it can; the reaper publishes the live statistics
+# every millisecond too.
+option_config(small_mags MAGPIE_OPTIONS=mag_rounds=2,retain=0,reap_ms=1,percpu_threads=1,publish_ms=1)
+# Thread magazines only, no reaper thread (slow paths reap and publish, every millisecond), and
+# every magazine miss sampled onto a guard page.
+option_config(sampled MAGPIE_OPTIONS=percpu=0,reaper=0,sample=1,reap_ms=1,publish_ms=1)
 
 set(OPTION_CONFIGS_API percpu0 reaper0 mag_rounds2 reap_ms1 retain0 sample1 debug)
 set(OPTION_CONFIGS_STRESS small_mags sampled debug)
