@@ -1,6 +1,6 @@
 /*
  * magpie_stats.h: the layout of the live statistics area, which a process running magpie
- * publishes in a shared memory file (a memfd named "magpie-stats") and another process reads
+ * publishes in a shared memory file (a memfd named "magpie-live-stats") and another process reads
  * through /proc/PID/fd without stopping it (`magpie stats PID`). docs/stats.md describes every
  * field and the version rules; in short:
  *   - the area starts with magpie_area_t; rows of classes and locks follow at the offsets it
@@ -21,7 +21,8 @@
 #define MAGPIE_AREA_MAGIC 0x545345495047414dull /* the bytes "MAGPIEST" */
 #define MAGPIE_AREA_MAJOR 1
 #define MAGPIE_AREA_MINOR 0
-#define MAGPIE_AREA_NAME "magpie-stats" /* the memfd's name: /proc/PID/fd/N -> /memfd:<name> */
+#define MAGPIE_AREA_NAME "magpie-live-stats" /* the memfd's name: /proc/PID/fd/N -> /memfd:<name>  \
+                                              */
 
 /* The process's figures and where the rows are. */
 typedef struct magpie_area {

@@ -277,7 +277,7 @@ def test_stats_refused():
     """An area of an unknown major layout is refused, by name; python holds a fake one."""
     fake = r"""
 import os, struct, sys, time
-fd = os.memfd_create("magpie-stats")
+fd = os.memfd_create("magpie-live-stats")
 head = struct.pack("<QII", 0x545345495047414d, 99, 0) + bytes(4096 - 16)
 os.write(fd, head)
 print("ready", flush=True)

@@ -1,5 +1,5 @@
 /* live: the reader of a running process's statistics area. The area is a memfd the library
- * names MAGPIE_AREA_NAME; /proc/PID/fd/N links to "/memfd:magpie-stats (deleted)", and opening
+ * names MAGPIE_AREA_NAME; /proc/PID/fd/N links to "/memfd:magpie-live-stats (deleted)", and opening
  * that link opens the memfd itself (the kernel allows it to whoever may ptrace-read the
  * process: its owner or root). The area is mapped read-only, and each read copies it whole
  * under its sequence lock: take seq (acquire), copy, fence, take seq again; the copy counts only
@@ -27,6 +27,15 @@ struct live {
   char *copy; /* the last copy */
 };
 
+/* Whether a /proc/PID/fd link's target is the area's memfd: "/memfd:NAME", with " (deleted)"
+   after it (the kernel's mark of a memfd), and nothing else: other memfds may share a prefix. */
+static int is_area_link(const char *target) {
+  static const char want[] = "/memfd:" MAGPIE_AREA_NAME;
+  size_t n = sizeof want - 1;
+  return strncmp(target, want, n) == 0 &&
+         (target[n] == '\0' || strcmp(target + n, " (deleted)") == 0);
+}
+
 /* Finds the fd of pid whose link names the area; returns it opened, or -1 (errno). */
 static int find_area(pid_t pid, int *saw_fds) {
   char dir[64], link[64 + 256], target[256];
@@ -41,8 +50,7 @@ static int find_area(pid_t pid, int *saw_fds) {
     ssize_t n = readlink(link, target, sizeof target - 1);
     if (n <= 0) continue;
     target[n] = '\0';
-    if (strncmp(target, "/memfd:" MAGPIE_AREA_NAME, strlen("/memfd:" MAGPIE_AREA_NAME)) == 0)
-      fd = open(link, O_RDONLY | O_CLOEXEC);
+    if (is_area_link(target)) fd = open(link, O_RDONLY | O_CLOEXEC);
   }
   closedir(d);
   return fd;
