@@ -21,8 +21,8 @@
 #define MAGPIE_AREA_MAGIC 0x545345495047414dull /* the bytes "MAGPIEST" */
 #define MAGPIE_AREA_MAJOR 1
 #define MAGPIE_AREA_MINOR 0
-#define MAGPIE_AREA_NAME "magpie-live-stats" /* the memfd's name: /proc/PID/fd/N -> /memfd:<name>  \
-                                              */
+/* The memfd's name: /proc/PID/fd/N links to "/memfd:<name> (deleted)". */
+#define MAGPIE_AREA_NAME "magpie-live-stats"
 
 /* The process's figures and where the rows are. */
 typedef struct magpie_area {
