@@ -313,18 +313,18 @@ int os_dup(int fd) {
 }
 
 void *os_map_shared(const char *name, size_t size, int *fd) {
-  int made = (int)syscall(SYS_memfd_create, name, MFD_CLOEXEC);
+  int made = (int)syscall(SYS_memfd_create, name, MFD_CLOEXEC); /* raw: theory 6 */
   if (made < 0) return NULL;
-  int high = fcntl(made, F_DUPFD_CLOEXEC, OS_SHARED_FD_MIN);
+  int high = (int)syscall(SYS_fcntl, made, F_DUPFD_CLOEXEC, OS_SHARED_FD_MIN);
   if (high >= 0) {
-    close(made);
+    os_close(made);
     made = high;
   }
   void *p = MAP_FAILED;
-  if (ftruncate(made, (off_t)size) == 0)
+  if (syscall(SYS_ftruncate, made, (off_t)size) == 0)
     p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, made, 0);
   if (p == MAP_FAILED) {
-    close(made);
+    os_close(made);
     return NULL;
   }
   *fd = made;
