@@ -14,7 +14,7 @@ if [ -n "$preload" ]; then
     2>"$report")
   rc=$?
   cat "$report" >&2
-  served=$(grep -Ec '^ +allocs +[1-9]' "$report")
+  served=$(grep -Ec '^ +allocations +[1-9]' "$report")
   rm -f "$report"
 else
   out=$("$@")

@@ -36,13 +36,13 @@ set(OPTION_LABELS_debug debug) # `ctest -L debug` runs these too
 # machine's CPU count), the reaper thread every millisecond taking idle CPUs' and threads'
 # magazines, and an arena that keeps no free memory: every exchange between magazines, depots,
 # slabs and the arena happens as often as it can; slab huge pages marked from the start, so
-# that they are subreleased and collapsed again as often as the reaper can.
+# that they are subreleased and collapsed again as often as the reaper can; the reaper
+# publishes the live statistics every millisecond too.
 option_config(small_mags
-  MAGPIE_OPTIONS=mag_rounds=2,retain=0,reap_ms=1,percpu_threads=1,hugepages=always)
-# Thread magazines only, no reaper thread (slow paths reap, every millisecond), every magazine
-# miss sampled onto a guard page, the heap profiler sampling at 4 KiB, and no huge pages.
-option_config(sampled
-  MAGPIE_OPTIONS=percpu=0,reaper=0,sample=1,reap_ms=1,profile_rate=4k,hugepages=never)
+  MAGPIE_OPTIONS=mag_rounds=2,retain=0,reap_ms=1,percpu_threads=1,hugepages=always,publish_ms=1)
+# Thread magazines only, no reaper thread (slow paths reap and publish, every millisecond), every
+# magazine miss sampled onto a guard page, the heap profiler sampling at 4 KiB, and no huge pages.
+option_config(sampled MAGPIE_OPTIONS=percpu=0,reaper=0,sample=1,reap_ms=1,profile_rate=4k,hugepages=never,publish_ms=1)
 
 set(OPTION_CONFIGS_API percpu0 reaper0 mag_rounds2 reap_ms1 retain0 sample1 hugepages_always
     hugepages_never profile16k debug)

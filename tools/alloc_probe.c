@@ -5,13 +5,24 @@
  *                                once, then COUNT frees; exits 0
  *   alloc_probe --quick-exit     allocates, then leaves by _exit(0): no exit handlers run
  *   alloc_probe --fork N         runs N children that each allocate and exit(0), waits for them
+ *   alloc_probe --hold COUNT SIZE MS   COUNT mallocs of SIZE bytes, every second one freed; then
+ *                                prints "ready" and keeps allocating and freeing other sizes for
+ *                                MS ms (the live statistics tests read it meanwhile)
+ *   alloc_probe --contend THREADS OPS  THREADS threads each take and give back OPS objects of
+ *                                one object cache (magpie's API, found with dlsym) in batches
+ *   alloc_probe --malloc-info    prints malloc_info(0, stdout)
  *
  * It is built with -fno-builtin so the compiler keeps every malloc and free.
  */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <malloc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Pointers live in a global array so that no call can be proven dead. */
@@ -31,7 +42,79 @@ static int churn(size_t count, size_t size) {
   return 0;
 }
 
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int hold(size_t count, size_t size, double ms) {
+  slots = malloc(count * sizeof *slots);
+  if (!slots) return 1;
+  for (size_t i = 0; i < count; i++)
+    if (!(slots[i] = malloc(size))) return 1;
+  for (size_t i = 0; i < count; i += 2)
+    free(slots[i]);
+  puts("ready");
+  fflush(stdout);
+  for (double end = now_ms() + ms; now_ms() < end;) { /* slow paths: the reap runs, publishes */
+    if (churn(200, 40) < 0) return 1;
+    usleep(2000);
+  }
+  return 0;
+}
+
+/* magpie's object-cache API, looked up at run time: the probe is not linked with magpie. */
+typedef void *cache_create_t(const char *, size_t, size_t, void *, void *, void *, int);
+typedef void *cache_alloc_t(void *, int);
+typedef void cache_free_t(void *, void *);
+static void *contend_cache;
+static cache_alloc_t *contend_alloc;
+static cache_free_t *contend_free;
+static long contend_ops;
+
+#define CONTEND_BATCH 2048 /* past what a depot keeps: batches reach the slab layer too */
+
+static void *contend_thread(void *arg) {
+  static __thread void *batch[CONTEND_BATCH];
+  (void)arg;
+  for (long done = 0; done < contend_ops; done += CONTEND_BATCH) {
+    for (int i = 0; i < CONTEND_BATCH; i++)
+      if (!(batch[i] = contend_alloc(contend_cache, 0))) return (void *)1;
+    for (int i = 0; i < CONTEND_BATCH; i++)
+      contend_free(contend_cache, batch[i]);
+  }
+  return NULL;
+}
+
+static int contend(int threads, long ops) {
+  cache_create_t *create = (cache_create_t *)dlsym(RTLD_DEFAULT, "magpie_cache_create");
+  contend_alloc = (cache_alloc_t *)dlsym(RTLD_DEFAULT, "magpie_cache_alloc");
+  contend_free = (cache_free_t *)dlsym(RTLD_DEFAULT, "magpie_cache_free");
+  if (!create || !contend_alloc || !contend_free) {
+    fputs("alloc_probe: magpie is not loaded\n", stderr);
+    return 1;
+  }
+  if (!(contend_cache = create("contended", 64, 0, NULL, NULL, NULL, 0))) return 1;
+  contend_ops = ops;
+  pthread_t t[64];
+  if (threads > 64) threads = 64;
+  for (int i = 0; i < threads; i++)
+    if (pthread_create(&t[i], NULL, contend_thread, NULL) != 0) return 1;
+  int failed = 0;
+  for (int i = 0; i < threads; i++) {
+    void *rc;
+    pthread_join(t[i], &rc);
+    failed |= rc != NULL;
+  }
+  return failed;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 5 && strcmp(argv[1], "--hold") == 0)
+    return hold(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10), atof(argv[4]));
+  if (argc >= 4 && strcmp(argv[1], "--contend") == 0) return contend(atoi(argv[2]), atol(argv[3]));
+  if (argc >= 2 && strcmp(argv[1], "--malloc-info") == 0) return malloc_info(0, stdout) != 0;
   if (argc >= 2 && strcmp(argv[1], "--quick-exit") == 0) {
     if (churn(100, 64) < 0) return 1;
     _exit(0);

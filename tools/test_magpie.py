@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 MAGPIE, PROBE, CASE = sys.argv[1], sys.argv[2], sys.argv[3]
 LIBRARY = os.environ["MAGPIE_TEST_LIBRARY"]  # build/libmagpie.so.1, beside MAGPIE
@@ -107,6 +108,14 @@ def test_stats_true():
                  "peak mapped bytes"):
         check(re.search(r"^\s*%s\s+\S" % word, r.stderr, re.M), "report has %s" % word, r)
     check("no statistics" not in r.stderr, "the library wrote statistics", r)
+    # One report format (the library's): tables without rows are left out.
+    check("busiest size classes" not in r.stderr and "no size class" not in r.stderr,
+          "no empty class table", r)
+    env = dict(os.environ, LD_PRELOAD=LIBRARY, MAGPIE_OPTIONS="stats=1")
+    lib = subprocess.run(["/bin/true"], env=env, capture_output=True, text=True, timeout=50)
+    check(lib.stderr.startswith("== magpie (pid ") and "busiest" not in lib.stderr
+          and re.search(r"^  allocations\s+\d", lib.stderr, re.M), "stats=1 prints the tidy report",
+          lib)
 
 
 def test_exit_code():
@@ -155,7 +164,8 @@ def test_text_report():
     m = re.search(r"^\s*bytes requested\s+[\d.]+ (?:KiB|MiB)\s+\(([\d,]+)\)", r.stderr, re.M)
     check(m and number(m.group(1)) >= 1000000, "bytes requested >= 1,000,000 in MiB", r)
     check("busiest size classes" in r.stderr, "report lists size classes", r)
-    rows = re.findall(r"^\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s*$", r.stderr, re.M)
+    rows = re.findall(r"^\s+([\d,]+)\s+([\d,]+)\s+([\d,]+)\s+[\d.]+ [KMGTPE]?i?B\s+[\d,]+\s+[\d,]+\s+\d+\s*$",
+                      r.stderr, re.M)
     check(0 < len(rows) <= 5, "one to five class rows", r)
     check(any(number(s) >= 200 and number(a) >= 5000 for s, a, _ in rows),
           "a class of size >= 200 with >= 5,000 allocs", r)
@@ -199,7 +209,7 @@ def test_options_kept():
     r = magpie("run", "--", *show, env={"MAGPIE_OPTIONS": "stats=text"}, expect=0)
     check(r.stdout == "stats=text", "MAGPIE_OPTIONS unchanged without --stats", r)
     r = magpie("run", "--stats", "--", *show, env={"MAGPIE_OPTIONS": "stats=text"}, expect=0)
-    check(re.fullmatch(r"stats=text,stats=json,stats_file=/\S+/stats\.%p", r.stdout),
+    check(re.fullmatch(r"stats=text,stats=text,stats_file=/\S+/stats\.%p", r.stdout),
           "the tool's options follow the user's", r)
     # The library takes the last value of an option, so the report still works.
     j = json_report(magpie("run", "--json", "--", PROBE, env={"MAGPIE_OPTIONS": "stats=text"},
@@ -274,6 +284,172 @@ def test_plot_bad_record():
         check("plot: no FILE given" in r.stderr, "usage error without FILE", r)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def start_probe(*args, options="publish_ms=20"):
+    """Starts the probe under magpie with the live area published often; waits for "ready"."""
+    env = dict(os.environ, LD_PRELOAD=LIBRARY, MAGPIE_OPTIONS=options)
+    p = subprocess.Popen([PROBE, *args], env=env, stdout=subprocess.PIPE, text=True)
+    check(p.stdout.readline().strip() == "ready", "the probe started")
+    return p
+
+
+def read_live(pid, deadline=10.0):
+    """`magpie stats --json PID` once the process has published (retried until deadline s)."""
+    end = time.monotonic() + deadline
+    while True:
+        r = magpie("stats", "--json", str(pid))
+        if r.returncode == 0:
+            return json.loads(r.stdout)
+        check(time.monotonic() < end and "not published yet" in r.stderr,
+              "magpie stats read the process", r)
+        time.sleep(0.05)
+
+
+def test_stats_live():
+    count, size = 1000, 3000
+    p = start_probe("--hold", str(count), str(size), "8000")
+    try:
+        j = read_live(p.pid)
+        check(j["pid"] == p.pid and j["layout"].startswith("1."), "pid and layout: %s" % j)
+        rows = [c for c in j["classes"] if c["size"] >= size and c["allocs"] >= count]
+        check(rows, "a class of >= %d bytes with >= %d allocs in %s" % (size, count, j))
+        c = rows[0]
+        check(c["allocs"] == count and c["frees"] == count // 2,
+              "the probe's class counts %d allocs, %d frees: %s" % (count, count // 2, c))
+        for c in j["classes"]:
+            check(c["live_bytes"] == (c["allocs"] - c["frees"]) * c["size"],
+                  "live bytes = (allocs - frees) x size: %s" % c)
+        check(j["live_bytes"] >= (count // 2) * size and j["mapped_bytes"] >= j["live_bytes"],
+              "live and mapped bytes cover the probe's blocks: %s" % j)
+        check(j["rss_bytes"] > 0 and j["huge_bytes"] == 0, "rss and huge bytes: %s" % j)
+        first = j["published"]
+        time.sleep(0.3)
+        check(read_live(p.pid)["published"] > first, "the process keeps publishing")
+        text = magpie("stats", str(p.pid), expect=0)
+        check(re.search(r"^  live bytes\s+\d+", text.stdout, re.M), "text snapshot", text)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_stats_refused():
+    """An area of an unknown major layout is refused, by name; python holds a fake one."""
+    fake = r"""
+import os, struct, sys, time
+fd = os.memfd_create("magpie-live-stats")
+head = struct.pack("<QII", 0x545345495047414d, 99, 0) + bytes(4096 - 16)
+os.write(fd, head)
+print("ready", flush=True)
+time.sleep(20)
+"""
+    p = subprocess.Popen([sys.executable, "-c", fake], stdout=subprocess.PIPE, text=True,
+                         env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})
+    try:
+        check(p.stdout.readline().strip() == "ready", "the fake area is up")
+        r = magpie("stats", str(p.pid), expect=125)
+        check("layout 99.0" in r.stderr and "reads layout 1" in r.stderr, "refused by version", r)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_stats_no_magpie():
+    p = subprocess.Popen(["sleep", "20"], env={k: v for k, v in os.environ.items()
+                                                if k != "LD_PRELOAD"})
+    try:
+        r = magpie("stats", str(p.pid), expect=125)
+        check("no magpie statistics area" in r.stderr, "says there is no magpie", r)
+    finally:
+        p.kill()
+        p.wait()
+    r = magpie("stats", "999999999", expect=125)
+    check("no such process" in r.stderr, "says there is no such process", r)
+    magpie("stats", expect=2)
+
+
+def test_record():
+    out = os.path.join(tempfile.mkdtemp(prefix="magpie-record-test."), "rec.jsonl")
+    try:
+        magpie("run", "--record", out, "--interval", "50", "--", PROBE, "--hold", "500", "1000",
+               "1200", expect=0)
+        with open(out) as f:
+            lines = [json.loads(l) for l in f]
+        check(len(lines) >= 5, "at least 5 lines in %s: %d" % (out, len(lines)))
+        times = [l["t"] for l in lines]
+        check(times == sorted(times) and len(set(times)) == len(times), "t increases: %s" % times)
+        for key in ("t", "rss_bytes", "live_bytes", "cached_bytes", "mapped_bytes", "huge_bytes",
+                    "allocs", "frees", "classes"):
+            check(all(key in l for l in lines), "every line has %s" % key)
+        check(all({"size", "allocs", "frees", "live_bytes"} <= set(c) for c in lines[-1]["classes"]),
+              "class rows have size, allocs, frees, live_bytes")
+    finally:
+        shutil.rmtree(os.path.dirname(out))
+
+
+def exit_json(*args, options=""):
+    """The library's own JSON exit report of the probe run with args."""
+    path = os.path.join(TMPDIR, "exit.json")
+    env = dict(os.environ, LD_PRELOAD=LIBRARY,
+               MAGPIE_OPTIONS="stats=json,stats_file=%s%s" % (path, options))
+    r = subprocess.run([PROBE, *args], env=env, capture_output=True, text=True, timeout=50)
+    check(r.returncode == 0, "the probe ran", r)
+    with open(path) as f:
+        j = json.load(f)
+    os.unlink(path)
+    return j
+
+
+def test_counters():
+    j = exit_json("--hold", "1000", "3000", "0")
+    check(j["schema"] == 2, "schema 2")
+    c = [c for c in j["classes"] if c["size"] >= 3000 and c["allocs"] >= 1000][0]
+    check(c["allocs"] - c["frees"] == 500 and c["live_bytes"] == 500 * c["size"],
+          "allocs - frees == live objects: %s" % c)
+    check(c["slab_objects_out"] >= 500 and c["slab_objects"] >= c["slab_objects_out"]
+          and c["slabs"] >= 1 and c["misses"] >= 1 and c["mag_rounds"] >= 1, "slab figures: %s" % c)
+    check(j["rounding_bytes"] >= 1000 * (c["size"] - 3000), "rounding covers the class: %s" % j)
+    names = [l["name"] for l in j["locks"]]
+    for want in ("heap arena", "metadata pools", "depot %d" % c["class"], "slab %d" % c["class"]):
+        check(want in names, "a lock row %r in %s" % (want, names))
+    check(all(l["acquisitions"] >= l["contended"] for l in j["locks"]), "contended <= taken")
+
+
+def test_contention():
+    """Threads hammering one object cache contend for its depot lock: on a busy machine a run
+    may happen to overlap little, so up to three runs (each under a second)."""
+    for attempt in range(3):
+        j = exit_json("--contend", "4", "2000000", options=",mag_rounds=1")
+        rows = [l for l in j["locks"] if l["name"].startswith("cache ")]
+        check(rows, "object-cache lock rows in %s" % j["locks"])
+        if any(l["contended"] > 0 and l["wait_ns"] > 0 for l in rows):
+            break
+    check(any(l["contended"] > 0 and l["wait_ns"] > 0 for l in rows),
+          "the hammered cache's locks were contended: %s" % rows)
+    r = subprocess.run([PROBE, "--contend", "4", "2000000"], capture_output=True, text=True,
+                       env=dict(os.environ, LD_PRELOAD=LIBRARY,
+                                MAGPIE_OPTIONS="stats=text,mag_rounds=1"), timeout=50)
+    check(r.returncode == 0 and re.search(r"^  (busiest|most contended)", r.stderr, re.M),
+          "the text report", r)
+
+
+def test_malloc_info():
+    import xml.etree.ElementTree as ET
+    r = subprocess.run([PROBE, "--malloc-info"], capture_output=True, text=True, timeout=50,
+                       env=dict(os.environ, LD_PRELOAD=LIBRARY))
+    check(r.returncode == 0, "malloc_info ran", r)
+    root = ET.fromstring(r.stdout)
+    check(root.tag == "malloc" and root.get("version") == "1", "<malloc version=\"1\">", r)
+    heap = root.find("heap")
+    check(heap is not None and heap.get("nr") == "0" and heap.find("sizes") is not None,
+          "<heap nr=\"0\"><sizes>", r)
+    for size in heap.find("sizes"):
+        check(size.tag == "size" and all(size.get(a, "").isdigit()
+                                         for a in ("from", "to", "total", "count")), "<size>", r)
+    types = {(e.tag, e.get("type")) for e in root}
+    for want in (("total", "fast"), ("total", "rest"), ("total", "mmap"), ("system", "current"),
+                 ("system", "max"), ("aspace", "total")):
+        check(want in types, "%s type=%s in <malloc>" % want, r)
 
 
 class Skip(Exception):

@@ -55,6 +55,7 @@ typedef struct cache {
   slab_t *partial;         /* slabs with free or never-used objects, first served first */
   size_t slabs;            /* slabs held */
   size_t slab_objects_out; /* objects handed to the magazine layer and not returned */
+  uint64_t misses;         /* operations that went past a thread's or CPU's magazines (atomic) */
   /* depot */
   depot_t depot;
   /* object caches only: the list of all object caches (cache_list_lock) */

@@ -167,6 +167,19 @@ void depot_put(cache_t *cp, mag_t *m) {
   lock_release(&d->lock);
 }
 
+void depot_figures(cache_t *cp, depot_figures_t *f) {
+  depot_t *d = &cp->depot;
+  lock_acquire(&d->lock);
+  f->full_mags = d->nfull;
+  f->empty_mags = d->nempty;
+  f->mag_rounds = d->cap;
+  f->exchanges = d->exchanges;
+  f->rounds = 0;
+  for (mag_t *m = d->full; m; m = m->next) /* bounded: DEPOT_FULL_BYTES_MAX, thread exits */
+    f->rounds += m->n;
+  lock_release(&d->lock);
+}
+
 void depot_reap(cache_t *cp, bool everything) {
   depot_t *d = &cp->depot;
   mag_t *fulls = NULL, *empties = NULL;

@@ -29,4 +29,11 @@ void depot_put(cache_t *cp, mag_t *m);
    depot grows its magazines as it exchanges them.) */
 void depot_reap(cache_t *cp, bool everything);
 
+/* A depot's figures for statistics, read under its lock. */
+typedef struct depot_figures {
+  uint64_t full_mags, empty_mags, rounds; /* rounds: objects in the full magazines */
+  uint64_t mag_rounds, exchanges;
+} depot_figures_t;
+void depot_figures(cache_t *cp, depot_figures_t *f);
+
 #endif

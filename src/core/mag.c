@@ -80,8 +80,9 @@ static void mag_no_hook(void) {}
 
 void (*mag_miss_hook)(void) = mag_no_hook;
 
-static size_t mag_held;      /* bytes handed out or in magazines (atomic) */
-static size_t mag_held_most; /* its high-water mark (atomic) */
+static uint64_t mag_large_requested; /* bytes requested in large blocks, ever (atomic) */
+static size_t mag_held;              /* bytes handed out or in magazines (atomic) */
+static size_t mag_held_most;         /* its high-water mark (atomic) */
 
 void mag_raise_peak(size_t *peak, size_t now) {
   size_t seen = __atomic_load_n(peak, __ATOMIC_RELAXED);
@@ -244,6 +245,7 @@ bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj) {
    threads' tcache locks. */
 static lock_t *mag_miss_begin(cache_t *cp) {
   mag_miss_hook();
+  mag_count_cache_miss(cp);
   if (cp->tag == PM_TAG_CACHE) return NULL;
   tcache_t *tc = mag_tls;
   lock_acquire(&tc->lock);
@@ -341,6 +343,7 @@ void mag_large_count(size_t size, int sign) {
   tcache_t *tc = mag_self();
   if (tc == &tcache_dead) return;
   if (sign > 0) {
+    __atomic_add_fetch(&mag_large_requested, size, __ATOMIC_RELAXED);
     STAT_ADD(tc->large_allocs, 1);
     STAT_ADD(tc->bytes_requested, size);
   } else {
@@ -411,11 +414,16 @@ void mag_thread_exit(void *arg) {
 void mag_totals(mag_totals_t *out) {
   lock_acquire(&mag_registry_lock);
   *out = mag_folded;
+  out->large_bytes_requested = __atomic_load_n(&mag_large_requested, __ATOMIC_RELAXED);
   for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
     mag_sum_thread(out, tc);
     out->threads_live++;
   }
   lock_release(&mag_registry_lock);
+}
+
+void mag_registry_lock_stats(lock_stats_t *lock) {
+  lock_stats_add(lock, &mag_registry_lock);
 }
 
 void mag_thread_register(void) {

@@ -12,19 +12,7 @@
 
 #define MAG_CACHE_SLOTS 256 /* object caches with a per-thread slot; later ones go to the depot */
 
-/*
- * Per-thread counters are written only by their owner and read by reports from any thread.
- * Release builds use plain word-sized stores (an aligned 64-bit store is never torn on the
- * machines magpie supports, and a report reading a stale count is harmless); sanitizer builds
- * use relaxed atomics so that ThreadSanitizer checks everything else without this known race.
- */
-#ifdef MAGPIE_SANITIZED
-#define STAT_ADD(field, n)                                                                         \
-  __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (n), __ATOMIC_RELAXED)
-#else
-#define STAT_ADD(field, n) ((field) += (n))
-#endif
-#define STAT_READ(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
+/* Per-thread counters use lock.h's STAT_ADD and STAT_READ. */
 
 /* One cache's magazines, a thread's or a CPU's: Bonwick's loaded and previous magazines. */
 typedef struct mag_pair {
@@ -143,8 +131,15 @@ void mag_cache_drain(cache_t *cp); /* takes every thread's magazines of cp (cach
 typedef struct {
   uint64_t allocs[SC_COUNT + 1], frees[SC_COUNT + 1];
   uint64_t bytes_requested, large_allocs, large_frees;
+  uint64_t large_bytes_requested; /* the part of bytes_requested in large blocks */
   uint64_t threads_live, threads_ever;
 } mag_totals_t;
+/* Statistics of the per-CPU magazines: how many CPUs have them (0: magazines are per thread),
+   and CPU cpu's misses and its lock's counters (added to *lock). */
+unsigned mag_cpu_count(void);
+void mag_cpu_stats(unsigned cpu, uint64_t *misses, lock_stats_t *lock);
+/* The registry lock's counters, added to *lock. */
+void mag_registry_lock_stats(lock_stats_t *lock);
 void mag_totals(mag_totals_t *out);
 /* An address in the stack of each live thread with a cache but the caller, at most max of
    them; returns how many. */

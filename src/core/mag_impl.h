@@ -33,6 +33,11 @@ void mag_pair_to_depot(cache_t *cp, mag_pair_t *t);
 void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, bool cpu);
 bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj);
 
+/* Counts a miss past the magazines of cp (statistics; on slow paths only). */
+static inline void mag_count_cache_miss(cache_t *cp) {
+  __atomic_add_fetch(&cp->misses, 1, __ATOMIC_RELAXED);
+}
+
 /* A miss on a thread's own magazines of cp, wrapped in what a miss takes (mag_miss_begin). */
 void *mag_own_alloc_miss(cache_t *cp, mag_pair_t *t);
 bool mag_own_free_miss(cache_t *cp, mag_pair_t *t, void *obj);

@@ -110,7 +110,7 @@ static mag_cpu_t *mag_cpu_lock(unsigned *cpu) {
   *cpu = (unsigned)rseq_cpu(mag_rseq_area);
   mag_cpu_t *mc = mag_cpu(*cpu);
   lock_acquire(&mc->lock);
-  mc->misses++;
+  STAT_ADD(mc->misses, 1);
   return mc;
 }
 
@@ -130,6 +130,7 @@ static void mag_cpu_install(mag_cpu_t *mc, unsigned cpu, unsigned c, const mag_p
 void *mag_cpu_alloc_miss(cache_t *cp, unsigned c) {
   unsigned cpu;
   mag_cpu_t *mc = mag_cpu_lock(&cpu);
+  mag_count_cache_miss(cp);
   mag_pair_t t = mc->mags[c];
   void *obj = mag_alloc_refill(cp, &t, true);
   mag_cpu_install(mc, cpu, c, &t);
@@ -141,6 +142,7 @@ void *mag_cpu_alloc_miss(cache_t *cp, unsigned c) {
 bool mag_cpu_free_miss(cache_t *cp, unsigned c, void *obj) {
   unsigned cpu;
   mag_cpu_t *mc = mag_cpu_lock(&cpu);
+  mag_count_cache_miss(cp);
   mag_pair_t t = mc->mags[c];
   bool kept = mag_free_room(cp, &t, obj);
   mag_cpu_install(mc, cpu, c, &t);
@@ -179,6 +181,16 @@ void mag_cpu_reclaim(bool all) {
     mc->misses_seen = mc->misses;
     lock_release(&mc->lock);
   }
+}
+
+unsigned mag_cpu_count(void) {
+  return mag_cpus ? mag_ncpus : 0;
+}
+
+void mag_cpu_stats(unsigned cpu, uint64_t *misses, lock_stats_t *lock) {
+  mag_cpu_t *mc = mag_cpu(cpu);
+  *misses = __atomic_load_n(&mc->misses, __ATOMIC_RELAXED); /* written under its lock */
+  lock_stats_add(lock, &mc->lock);
 }
 
 void mag_cpu_lock_all(void) {

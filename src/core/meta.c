@@ -36,6 +36,14 @@ static void meta_register(meta_pool_t *pool) {
   lock_release(&meta_pools_lock);
 }
 
+void meta_lock_stats(lock_stats_t *lock) {
+  lock_acquire(&meta_pools_lock);
+  for (meta_pool_t *p = meta_pools; p; p = p->next)
+    lock_stats_add(lock, &p->lock);
+  lock_stats_add(lock, &meta_pools_lock);
+  lock_release(&meta_pools_lock);
+}
+
 void *meta_alloc(meta_pool_t *pool) {
   if (!__atomic_load_n(&pool->listed, __ATOMIC_ACQUIRE)) meta_register(pool);
   lock_acquire(&pool->lock);

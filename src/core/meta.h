@@ -26,6 +26,8 @@ typedef struct meta_pool {
 
 void *meta_alloc(meta_pool_t *pool); /* zeroed; NULL when the kernel refuses memory */
 void meta_free(meta_pool_t *pool, void *obj);
+/* Adds the counters of every pool's lock and of the pools' list lock to *lock. */
+void meta_lock_stats(lock_stats_t *lock);
 void meta_fork_prepare(void);
 void meta_fork_parent(void);
 void meta_fork_child(void);

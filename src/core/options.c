@@ -50,6 +50,7 @@ static const opt_entry_t opt_table[] = {
     {"stats_file", OPT_PATH, offsetof(options_t, stats_file), 0, 0},
     {"mag_rounds", OPT_SIZE, offsetof(options_t, mag_rounds), 0, OPT_MAG_ROUNDS_MAX},
     {"reap_ms", OPT_SIZE, offsetof(options_t, reap_ms), 1, SIZE_MAX / 1000000}, /* 0: a busy loop */
+    {"publish_ms", OPT_SIZE, offsetof(options_t, publish_ms), 0, SIZE_MAX / 1000000},
     {"retain", OPT_SIZE, offsetof(options_t, retain), 0, 0},
     {"large_own", OPT_SIZE, offsetof(options_t, large_own), 0, 0},
     {"calloc_populate", OPT_SIZE, offsetof(options_t, calloc_populate), 0, 0},

@@ -17,6 +17,7 @@ typedef struct options {
   char stats_file[256];   /* report path ("%p" becomes the pid); empty = stderr */
   size_t mag_rounds;      /* initial magazine size for every class; 0 = per-class default */
   size_t reap_ms;         /* how often depots and arenas give back what was not needed */
+  size_t publish_ms;      /* how often the reap publishes the live statistics; 0: reap_ms */
   size_t retain;          /* free bytes an arena keeps mapped (dirty) between reaps */
   size_t large_own;       /* blocks of at least this size get their own mapping */
   size_t calloc_populate; /* calloc maps fresh pages of blocks up to this size at once */

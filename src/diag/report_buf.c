@@ -75,7 +75,10 @@ static int report_log(void) {
 }
 
 void report_flush(report_buf_t *b) {
-  os_write_all(b->to_fd ? b->fd : report_log(), b->text, b->len);
+  if (b->sink)
+    b->sink(b->sink_ctx, b->text, b->len);
+  else
+    os_write_all(b->to_fd ? b->fd : report_log(), b->text, b->len);
   b->len = 0;
 }
 
@@ -130,6 +133,55 @@ void report_dec_width(report_buf_t *b, uint64_t v, int width) {
   for (int pad = width - report_format_dec(out, v); pad > 0; pad--)
     report_str(b, " ");
   report_str(b, out);
+}
+
+void report_str_right(report_buf_t *b, const char *s, int width) {
+  for (int pad = width - (int)strlen(s); pad > 0; pad--)
+    report_str(b, " ");
+  report_str(b, s);
+}
+
+void report_count_width(report_buf_t *b, uint64_t v, int width) {
+  char digits[REPORT_DEC_MAX], out[REPORT_DEC_MAX + REPORT_DEC_MAX / 3];
+  int n = report_format_dec(digits, v), len = 0;
+  for (int i = 0; i < n; i++) {
+    if (i > 0 && (n - i) % 3 == 0) out[len++] = ',';
+    out[len++] = digits[i];
+  }
+  out[len] = '\0';
+  report_str_right(b, out, width);
+}
+
+/* In integers (no floating point in the library's reports): tenths of the largest unit not
+   above v, rounded; a value that would print as 1024.0 moves to the next unit. */
+void report_bytes_width(report_buf_t *b, uint64_t v, int width) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  const unsigned last = sizeof units / sizeof units[0] - 1;
+  char out[REPORT_DEC_MAX + 8];
+  unsigned u = 0;
+  uint64_t scale = 1;
+  while (u < last && v / scale >= 1024) {
+    scale *= 1024;
+    u++;
+  }
+  int len = 0;
+  if (u == 0) {
+    len = report_format_dec(out, v);
+  } else {
+    uint64_t tenths = v / scale * 10 + ((v % scale) * 10 + scale / 2) / scale;
+    if (tenths >= 10240 && u < last) {
+      tenths = 10;
+      u++;
+    }
+    len = report_format_dec(out, tenths / 10);
+    out[len++] = '.';
+    out[len++] = (char)('0' + tenths % 10);
+  }
+  out[len++] = ' ';
+  for (const char *s = units[u]; *s; s++)
+    out[len++] = *s;
+  out[len] = '\0';
+  report_str_right(b, out, width);
 }
 
 void report_expand_pid(char *out, size_t cap, const char *pattern) {

@@ -13,10 +13,13 @@ extern "C" {
 
 /* Text under construction on the caller's stack, written out when full or flushed. Zero-
    initialised ({.len = 0}) it writes to the report log (report_set_log) or stderr; with to_fd
-   set it writes to fd (the statistics: {.to_fd = true, .fd = fd}). */
+   set it writes to fd (the statistics: {.to_fd = true, .fd = fd}); with sink set, it hands the
+   text to sink instead (malloc_info's FILE). */
 typedef struct report_buf {
   bool to_fd;
   int fd;
+  void (*sink)(void *ctx, const char *text, size_t len);
+  void *sink_ctx;
   size_t len;
   char text[4096];
 } report_buf_t;
@@ -28,6 +31,13 @@ void report_hex(report_buf_t *b, uintptr_t v); /* "0x" and lower-case digits */
 void report_dec(report_buf_t *b, uint64_t v);
 /* v in decimal, right-aligned in width characters (never cut). */
 void report_dec_width(report_buf_t *b, uint64_t v, int width);
+/* v with thousands separators ("1,234,567"), right-aligned in width characters. */
+void report_count_width(report_buf_t *b, uint64_t v, int width);
+/* A byte count in binary units ("512 B", "1.5 KiB", "3.2 MiB"), right-aligned in width
+   characters. */
+void report_bytes_width(report_buf_t *b, uint64_t v, int width);
+/* s right-aligned in width characters. */
+void report_str_right(report_buf_t *b, const char *s, int width);
 /* Writes the text out and empties the builder. */
 void report_flush(report_buf_t *b);
 

@@ -344,23 +344,16 @@ void api_malloc_stats(void) {
   stats_write_glibc(2); /* magpie's own report: MAGPIE_OPTIONS=stats, magpie run --stats */
 }
 
+static void api_info_sink(void *fp, const char *text, size_t len) {
+  fwrite(text, 1, len, fp);
+}
+
 int api_malloc_info(int options, FILE *fp) {
   if (options != 0) {
     errno = EINVAL;
     return -1;
   }
-  stats_summary_t s;
-  stats_summary(&s);
-  fprintf(fp,
-          "<malloc version=\"magpie-1\">\n"
-          "<total type=\"live\" count=\"%llu\" size=\"%llu\"/>\n"
-          "<total type=\"large\" count=\"%llu\" size=\"%llu\"/>\n"
-          "<system type=\"current\" size=\"%llu\"/>\n"
-          "<system type=\"max\" size=\"%llu\"/>\n"
-          "</malloc>\n",
-          (unsigned long long)(s.allocs - s.frees), (unsigned long long)s.live_bytes,
-          (unsigned long long)(s.large_allocs - s.large_frees),
-          (unsigned long long)s.large_live_bytes, (unsigned long long)s.mapped_bytes,
-          (unsigned long long)s.peak_mapped_bytes);
+  report_buf_t b = {.sink = api_info_sink, .sink_ctx = fp};
+  stats_write_xml(&b);
   return 0;
 }

@@ -38,6 +38,7 @@
 #include "report.h"
 #include "san_hooks.h"
 #include "slab.h"
+#include "stats.h"
 
 #include <errno.h>
 #include <string.h>
@@ -78,15 +79,22 @@ static size_t cache_reap(bool everything, size_t keep_dirty) {
   return hugepage_reap(keep_dirty, everything);
 }
 
+/* Reaps every reap_ms and publishes the live statistics every publish_ms (stats.c), waking for
+   whichever is sooner. */
 static void *reaper_main(void *arg) {
   (void)arg;
+  size_t nap = opt.publish_ms && opt.publish_ms < opt.reap_ms ? opt.publish_ms : opt.reap_ms;
+  uint64_t period = (uint64_t)opt.reap_ms * 1000000u, last = os_now_ns();
   for (;;) {
-    os_sleep_ms(opt.reap_ms);
+    os_sleep_ms(nap);
     uint64_t now = os_now_ns(), quiet = now - __atomic_load_n(&cache_last_slow, __ATOMIC_RELAXED);
-    bool idle = quiet > (uint64_t)opt.reap_ms * 1000000u * REAPER_IDLE_TICKS;
-    cache_reap(false, idle ? 0 : opt.retain);
-    hugepage_tick();
-    prof_poll_request();
+    if (now - last >= period - period / 8) { /* the coarse clock may read a little early */
+      last = now;
+      cache_reap(false, quiet > period * REAPER_IDLE_TICKS ? 0 : opt.retain);
+      hugepage_tick();
+      prof_poll_request();
+    }
+    stats_publish(now);
   }
   return NULL;
 }
@@ -107,7 +115,8 @@ void cache_reap_tick(void) {
     __atomic_store_n(&cache_last_slow, now, __ATOMIC_RELAXED); /* rarely: a shared line */
   int state = __atomic_load_n(&reaper_state, __ATOMIC_RELAXED);
   if (state == REAPER_RUNNING) return;
-  if (opt.reaper && state == REAPER_NONE && os_mapped_bytes() > REAPER_START_BYTES) {
+  if (opt.reaper && state == REAPER_NONE &&
+      (os_mapped_bytes() > REAPER_START_BYTES || opt.publish_ms)) {
     reaper_start();
     return;
   }
@@ -117,6 +126,7 @@ void cache_reap_tick(void) {
     cache_reap(false, opt.retain);
     prof_poll_request();
   }
+  stats_publish(now);
 }
 
 size_t cache_trim(void) {
@@ -129,6 +139,13 @@ bool cache_reclaim(size_t size) {
   if (size > os_mapped_bytes()) return false; /* all magpie holds could not make room for it */
   mag_flush_self();
   return cache_reap(true, SIZE_MAX) > 0; /* spans released: purging frees no address space */
+}
+
+void cache_each_object_cache(void (*fn)(cache_t *cp, void *arg), void *arg) {
+  lock_acquire(&cache_list_lock);
+  for (cache_t *cp = cache_list; cp; cp = cp->next)
+    fn(cp, arg);
+  lock_release(&cache_list_lock);
 }
 
 /* ---- the public object-cache API ---- */

@@ -13,6 +13,8 @@ size_t cache_trim(void);
 /* After an allocation of size bytes found no memory: this thread's magazines, the depots'
    surplus and every wholly free span go back; true when something did, worth one more try. */
 bool cache_reclaim(size_t size);
+/* Calls fn on each object cache, under the list's lock (statistics). */
+void cache_each_object_cache(void (*fn)(cache_t *cp, void *arg), void *arg);
 void cache_fork_prepare(void);
 void cache_fork_parent(void);
 void cache_fork_child(void);

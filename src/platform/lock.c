@@ -3,6 +3,8 @@
  * pause loops (a holder in a short critical section lets go within them), then marks the lock
  * contended (2) and sleeps on the futex until a release wakes it; the release that finds the
  * mark wakes one sleeper. The calling thread's count of held locks (lock_held_here) is lock.h's.
+ * A contended acquire counts itself and the time it waited once it holds the lock (lock.h's
+ * statistics): the clock is read only here.
  */
 #include "lock.h"
 #include "os.h"
@@ -11,13 +13,24 @@
 
 __thread unsigned lock_held_here;
 
+/* Called with l held: one contended acquisition that began at start. */
+static void lock_count_wait(lock_t *l, uint64_t start) {
+  STAT_ADD(l->contended, 1);
+  STAT_ADD(l->wait_ns, os_clock_ns() - start);
+}
+
 void lock_acquire_slow(lock_t *l) {
+  uint64_t start = os_clock_ns();
   for (int i = 0; i < LOCK_SPIN_LIMIT; i++) {
     __builtin_ia32_pause();
-    if (__atomic_load_n(&l->state, __ATOMIC_RELAXED) == 0 && lock_take(l)) return;
+    if (__atomic_load_n(&l->state, __ATOMIC_RELAXED) == 0 && lock_take(l)) {
+      lock_count_wait(l, start);
+      return;
+    }
   }
   while (__atomic_exchange_n(&l->state, 2, __ATOMIC_ACQUIRE) != 0)
     os_futex_wait(&l->state, 2);
+  lock_count_wait(l, start);
 }
 
 void lock_release_wake(lock_t *l) {

@@ -5,6 +5,10 @@
  * child re-initialises every lock with lock_init: the parent's holders do not exist there.
  * Each thread counts the locks it holds (lock_held_here): a fork from a signal handler that
  * interrupted the allocator must not wait for a lock its own thread holds (fork.c).
+ * Statistics: each lock counts its acquisitions with a plain increment made while holding it;
+ * the contended ones (those that reach lock_acquire_slow) and the time they waited are counted
+ * there only, so only a contended acquisition reads the clock. Reports read the counts without
+ * the lock (STAT_READ): a count a moment stale is harmless.
  */
 #ifndef MAGPIE_LOCK_H
 #define MAGPIE_LOCK_H
@@ -14,9 +18,32 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/*
+ * Counters written only by their owner (a thread, or the holder of a lock) and read by reports
+ * from any thread. Release builds use plain word-sized stores (an aligned 64-bit store is never
+ * torn on the machines magpie supports, and a report reading a stale count is harmless);
+ * sanitizer builds use relaxed atomics so that ThreadSanitizer checks everything else without
+ * this known race.
+ */
+#ifdef MAGPIE_SANITIZED
+#define STAT_ADD(field, n)                                                                         \
+  __atomic_store_n(&(field), __atomic_load_n(&(field), __ATOMIC_RELAXED) + (n), __ATOMIC_RELAXED)
+#else
+#define STAT_ADD(field, n) ((field) += (n))
+#endif
+#define STAT_READ(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
+
 typedef struct lock {
-  uint32_t state; /* accessed only through __atomic builtins */
+  uint32_t state;        /* accessed only through __atomic builtins */
+  uint64_t acquisitions; /* times taken (written by the holder) */
+  uint64_t contended;    /* acquisitions that found the lock held (written by the holder) */
+  uint64_t wait_ns;      /* time those waited, in ns (written by the holder) */
 } lock_t;
+
+/* A lock's counters, as a report reads them. */
+typedef struct lock_stats {
+  uint64_t acquisitions, contended, wait_ns;
+} lock_stats_t;
 
 #define LOCK_INIT                                                                                  \
   { 0 }
@@ -49,6 +76,7 @@ static inline bool lock_try(lock_t *l) {
   lock_count(1);
   if (lock_take(l)) {
     san_lock_taken(l);
+    STAT_ADD(l->acquisitions, 1);
     return true;
   }
   lock_count(-1);
@@ -59,6 +87,14 @@ static inline void lock_acquire(lock_t *l) {
   lock_count(1);
   if (!lock_take(l)) lock_acquire_slow(l);
   san_lock_taken(l); /* a sanitized program's TSan sees magpie's locks (san_hooks.h) */
+  STAT_ADD(l->acquisitions, 1);
+}
+
+/* Adds l's counters to sum (without the lock). */
+static inline void lock_stats_add(lock_stats_t *sum, const lock_t *l) {
+  sum->acquisitions += STAT_READ(l->acquisitions);
+  sum->contended += STAT_READ(l->contended);
+  sum->wait_ns += STAT_READ(l->wait_ns);
 }
 
 static inline void lock_release(lock_t *l) {

@@ -71,7 +71,9 @@ bool os_fence_threads_register(void);
 /* A full memory barrier in every thread of the process, running or not: after it, each has
    either seen what the caller stored before, or the caller sees what it stored before. */
 bool os_fence_threads(void);
-uint64_t os_now_ns(void); /* monotonic, coarse (a few ms) */
+uint64_t os_now_ns(void);      /* monotonic, coarse (a few ms) */
+uint64_t os_clock_ns(void);    /* monotonic, fine (a vDSO call): lock wait times */
+uint64_t os_realtime_ns(void); /* wall-clock time, ns since the epoch */
 void os_sleep_ms(size_t ms);
 /* A detached thread with every signal blocked (they belong to the program's threads). */
 bool os_thread_start(void *(*fn)(void *), const char *name);
@@ -134,6 +136,11 @@ bool os_resident(uintptr_t addr, size_t len);
 size_t os_read_self(void *dst, uintptr_t src, size_t len);
 uint32_t os_thread_id(void); /* the kernel's id of the calling thread */
 
+/* A shared, zeroed mapping of size bytes backed by a memfd called name (close-on-exec,
+   numbered OS_SHARED_FD_MIN or more, out of the way of programs that expect their low
+   descriptors), which other processes open through /proc/PID/fd; NULL on failure. */
+#define OS_SHARED_FD_MIN 100
+void *os_map_shared(const char *name, size_t size, int *fd);
 /* A read-only private mapping of a whole file (for symbolising); NULL on failure. */
 void *os_map_file(const char *path, size_t *size);
 void os_unmap_file(void *p, size_t size);

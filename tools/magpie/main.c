@@ -1,6 +1,7 @@
-/* magpie: the command-line front end. `magpie run [--stats] [--json] [--profile FILE] [--]
- * PROGRAM ARGS...` runs PROGRAM with libmagpie.so preloaded and, with --stats, reports what the
- * allocator saw; `magpie profile`, `flame` and `profile-diff` take and read heap profiles. This
+/* magpie: the command-line front end. `magpie run [--stats] [--json] [--profile FILE] [--record
+ * FILE] [--] PROGRAM ARGS...` runs PROGRAM with libmagpie.so preloaded and, with --stats,
+ * reports what the allocator saw; `magpie stats PID` prints a running process's live statistics
+ * (live, inspect); `magpie profile`, `flame` and `profile-diff` take and read heap profiles. This
  * file holds the usage text, the argument parsing and the order of one run; the work is done
  * by the modules below it, each calling only further down:
  *   main -> run (fork, exec, signals, finding the library)
@@ -13,11 +14,15 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "plot.h"
+#include <time.h>
+
 #include "flame.h"
+#include "inspect.h"
+#include "plot.h"
 #include "profile.h"
 #include "report.h"
 #include "run.h"
@@ -25,7 +30,9 @@
 #include "tool.h"
 
 static const char usage_text[] =
-    "Usage: magpie run [--stats] [--json] [--profile FILE] [--] PROGRAM [ARGS...]\n"
+    "Usage: magpie run [--stats] [--json] [--profile FILE] [--record FILE [--interval MS]]\n"
+    "                  [--] PROGRAM [ARGS...]\n"
+    "       magpie stats [--json] PID\n"
     "       magpie plot FILE [-o OUT.svg]\n"
     "       magpie profile [--timeout SEC] PID FILE\n"
     "       magpie flame FILE [-o OUT.svg] [--title TEXT]\n"
@@ -46,6 +53,8 @@ static const char usage_text[] =
     "  --profile FILE  when PROGRAM ends, write its heap profile: FILE (gzipped pprof:\n"
     "              live heap and allocations; `go tool pprof -top FILE`) and\n"
     "              FILE.inuse.folded, FILE.alloc.folded (folded stacks, bytes)\n"
+    "  --record FILE  while PROGRAM runs, append its live statistics to FILE, one JSON\n"
+    "              object per line (docs/stats.md), every --interval MS (default 100)\n"
     "  --          end of options; what follows is PROGRAM and its arguments\n"
     "  -h, --help  show this help\n"
     "\n"
@@ -57,6 +66,8 @@ static const char usage_text[] =
     "magpie flame draws a flame graph (SVG, default FILE.svg) of folded stacks (FILE.*.folded;\n"
     "a pprof FILE stands for FILE.inuse.folded). magpie profile-diff prints the stacks whose\n"
     "live bytes grew most from profile OLD to NEW (leak hunting).\n"
+    "magpie stats PID prints the live statistics a running process with magpie\n"
+    "published (it must be yours, or you root); --json prints one JSON object.\n"
     "\n"
     "Environment:\n"
     "  MAGPIE_OPTIONS  allocator options (name=value,...), passed on to PROGRAM\n"
@@ -81,9 +92,16 @@ static int usage_error(const char *fmt, const char *what) {
   return EXIT_USAGE;
 }
 
+/* An interval in ms, 1 to 60000; -1 if s is not one. */
+static int parse_ms(const char *s) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  return *s && !*end && v >= 1 && v <= 60000 ? (int)v : -1;
+}
+
 static int cmd_run(int argc, char **argv) {
-  int stats = 0, json = 0, i;
-  const char *profile = NULL;
+  int stats = 0, json = 0, interval = 100, i;
+  const char *profile = NULL, *record = NULL;
   for (i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--") == 0) {
@@ -97,6 +115,11 @@ static int cmd_run(int argc, char **argv) {
       stats = json = 1;
     } else if (strcmp(a, "--profile") == 0 && i + 1 < argc) {
       profile = argv[++i];
+    } else if (strcmp(a, "--record") == 0 && i + 1 < argc) {
+      record = argv[++i];
+    } else if (strcmp(a, "--interval") == 0 && i + 1 < argc) {
+      if ((interval = parse_ms(argv[++i])) < 0)
+        return usage_error("--interval wants milliseconds (1 to 60000), not '%s'", argv[i]);
     } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       usage(stdout);
       return 0;
@@ -112,11 +135,30 @@ static int cmd_run(int argc, char **argv) {
     return EXIT_TOOL_FAILED;
   if (stats && make_stats_dir(dir, sizeof dir) < 0) return EXIT_TOOL_FAILED;
 
+  inspect_recorder_t rec;
+  memset(&rec, 0, sizeof rec);
+  char publish[32];
+  snprintf(publish, sizeof publish, "publish_ms=%d", interval);
+  run_watch_t watch = {publish, (unsigned)interval, inspect_record_tick, &rec};
+  if (record) {
+    if (!(rec.out = fopen(record, "w"))) {
+      error("cannot write %s: %s", record, strerror(errno));
+      if (stats) remove_stats_dir(dir);
+      return EXIT_TOOL_FAILED;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &rec.start);
+  }
+
   run_result_t r;
   memset(&r, 0, sizeof r);
   r.program = argv[i];
   r.profile = profile ? profile_path : NULL;
-  int rc = run_program(argv + i, lib, stats ? dir : NULL, &r);
+  r.stats_json = json;
+  int rc = run_program(argv + i, lib, stats ? dir : NULL, record ? &watch : NULL, &r);
+  if (record) {
+    live_close(rec.area);
+    fclose(rec.out);
+  }
   if (rc == 0 && r.exec_errno) {
     if (r.exec_errno == ENOENT)
       error("%s: program not found", r.program);
@@ -158,6 +200,40 @@ static int cmd_plot(int argc, char **argv) {
   return plot_record(in, out) == 0 ? 0 : EXIT_TOOL_FAILED;
 }
 
+static int cmd_stats(int argc, char **argv) {
+  int json = 0;
+  const char *pid_text = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0)
+      json = 1;
+    else if (!pid_text && argv[i][0] != '-')
+      pid_text = argv[i];
+    else
+      return usage_error("stats: unexpected '%s'", argv[i]);
+  }
+  char *end;
+  long pid = pid_text ? strtol(pid_text, &end, 10) : 0;
+  if (!pid_text || *end || pid <= 0) return usage_error("%s", "stats: give a process id");
+  live_t *l;
+  live_snapshot_t s;
+  char why[512];
+  int rc = live_open((pid_t)pid, &l, why, sizeof why);
+  if (rc == LIVE_OK) {
+    rc = live_read(l, &s, why, sizeof why);
+    live_close(l);
+  }
+  if (rc != LIVE_OK) {
+    error("%s", why);
+    return EXIT_TOOL_FAILED;
+  }
+  if (json)
+    inspect_json(stdout, &s);
+  else
+    inspect_text(stdout, &s);
+  live_snapshot_free(&s);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
@@ -177,6 +253,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "profile") == 0) return cmd_profile(argc - 2, argv + 2);
   if (strcmp(cmd, "profile-diff") == 0) return cmd_profile_diff(argc - 2, argv + 2);
   if (strcmp(cmd, "flame") == 0) return cmd_flame(argc - 2, argv + 2);
+  if (strcmp(cmd, "stats") == 0) return cmd_stats(argc - 2, argv + 2);
   if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);
   return usage_error("unknown command '%s'", cmd);
 }

@@ -1,9 +1,10 @@
 /* report: the text and JSON reports, and the number formatting they use. The text report is for
- * people: counts with thousands separators, bytes in binary units with the exact count beside
- * them, and the busiest size classes. The JSON report is for programs: the library's own object
- * passed through unchanged, with the tool's keys (peak RSS, exit status, child processes) added
- * before its closing brace. A missing or unreadable stats file is reported in plain words; peak
- * RSS comes from wait4 and is reported either way. */
+ * people: the library's own text report (counts with thousands separators, bytes in binary
+ * units with the exact count beside them, the busiest size classes, the most contended locks)
+ * under the tool's heading, with peak RSS added. The JSON report is for programs: the library's own
+ * object passed through unchanged, with the tool's keys (peak RSS, exit status, child processes)
+ * added before its closing brace. A missing or unreadable stats file is reported in plain words;
+ * peak RSS comes from wait4 and is reported either way. */
 #include "report.h"
 
 #include <errno.h>
@@ -77,31 +78,13 @@ static void describe_exit(const run_result_t *r, char *buf, size_t cap) {
     snprintf(buf, cap, "exited with status %d", r->exit_status);
 }
 
-/* One line of the text report: a label, then the value in a right-aligned column. */
+/* One line of the text report: a label, then the value in a right-aligned column (the
+ * library's layout). */
 static void report_line(const char *label, const char *value, const char *exact) {
   if (exact && *exact)
-    fprintf(stderr, "  %-20s %12s  (%s)\n", label, value, exact);
+    fprintf(stderr, "  %-20s%13s  (%s)\n", label, value, exact);
   else
-    fprintf(stderr, "  %-20s %12s\n", label, value);
-}
-
-static void report_count(const stats_t *st, unsigned bit, const char *label, uint64_t v) {
-  char b[40];
-  report_line(label, (st->seen & bit) ? fmt_count(v, b, sizeof b) : "n/a", NULL);
-}
-
-static void report_bytes(const stats_t *st, unsigned bit, const char *label, uint64_t v) {
-  char h[40], b[40];
-  if (!(st->seen & bit))
-    report_line(label, "n/a", NULL);
-  else
-    report_line(label, fmt_bytes(v, h, sizeof h), v >= 1024 ? fmt_count(v, b, sizeof b) : NULL);
-}
-
-static int by_allocs_desc(const void *a, const void *b) {
-  const class_stat_t *x = a, *y = b;
-  if (x->allocs != y->allocs) return x->allocs > y->allocs ? -1 : 1;
-  return (x->size > y->size) - (x->size < y->size);
+    fprintf(stderr, "  %-20s%13s\n", label, value);
 }
 
 static void report_children(size_t children) {
@@ -113,56 +96,21 @@ static void report_children(size_t children) {
             children);
 }
 
-static void report_text(const run_result_t *r, const stats_t *st, const char *missing) {
+/* The library's own text report (MAGPIE_OPTIONS=stats=text: one format for both) under the
+ * tool's heading, which replaces the library's first line, then what only the tool knows. */
+static void report_text(const run_result_t *r, const char *text, const char *missing) {
   char how[160], h[40], b[40];
   describe_exit(r, how, sizeof how);
   fprintf(stderr, "\n== magpie: %s (pid %d) %s\n", r->program, (int)r->pid, how);
   if (missing) {
     fprintf(stderr, "  no statistics: %s\n", missing);
-    if (r->exec_errno)
-      return; /* the figures would be magpie's own, between fork and the failed exec */
-    report_line("peak RSS", fmt_bytes(r->peak_rss, h, sizeof h),
-                r->peak_rss >= 1024 ? fmt_count(r->peak_rss, b, sizeof b) : NULL);
-    report_children(r->children);
-    return;
+    if (r->exec_errno) return; /* the figures would be magpie's own, between fork and exec */
+  } else {
+    const char *body = strncmp(text, "== magpie", 9) == 0 ? strchr(text, '\n') : NULL;
+    fputs(body ? body + 1 : text, stderr);
   }
-  report_count(st, SEEN_ALLOCS, "allocations", st->allocs);
-  report_count(st, SEEN_FREES, "frees", st->frees);
-  report_bytes(st, SEEN_REQUESTED, "bytes requested", st->bytes_requested);
-  report_bytes(st, SEEN_PEAK_LIVE, "peak live bytes", st->peak_live_bytes);
   report_line("peak RSS", fmt_bytes(r->peak_rss, h, sizeof h),
               r->peak_rss >= 1024 ? fmt_count(r->peak_rss, b, sizeof b) : NULL);
-  report_bytes(st, SEEN_PEAK_MAPPED, "peak mapped bytes", st->peak_mapped_bytes);
-  if (st->nclasses > 0) {
-    size_t n = st->nclasses < TOP_CLASSES ? st->nclasses : TOP_CLASSES;
-    char sz[40], a[40], f[40];
-    qsort(st->classes, st->nclasses, sizeof st->classes[0], by_allocs_desc);
-    fprintf(stderr, "  busiest size classes (%zu of %zu used, by allocations):\n", n, st->nclasses);
-    fprintf(stderr, "    %12s %14s %14s\n", "class size", "allocs", "frees");
-    for (size_t i = 0; i < n; i++)
-      fprintf(stderr, "    %12s %14s %14s\n", fmt_count(st->classes[i].size, sz, sizeof sz),
-              fmt_count(st->classes[i].allocs, a, sizeof a),
-              fmt_count(st->classes[i].frees, f, sizeof f));
-  } else if (st->seen & SEEN_CLASSES) {
-    fputs("  no size class was used\n", stderr);
-  }
-  if ((st->seen & SEEN_LARGE) && (st->large_allocs || st->large_frees)) {
-    char a[40], f[40];
-    fprintf(stderr, "  large allocations: %s allocs, %s frees\n",
-            fmt_count(st->large_allocs, a, sizeof a), fmt_count(st->large_frees, f, sizeof f));
-  }
-  if (st->seen & SEEN_HUGEPAGES) {
-    char exact[160];
-    snprintf(exact, sizeof exact, "hugepages=%s, kernel THP %s; of %s in slab huge pages",
-             st->hp_mode, st->hp_thp, fmt_bytes(st->hp_slab_bytes, b, sizeof b));
-    report_line("on huge pages", fmt_bytes(st->hp_huge_bytes, h, sizeof h), exact);
-    snprintf(exact, sizeof exact, "%s collapses, %s subreleases",
-             fmt_count(st->hp_collapses, h, sizeof h), fmt_count(st->hp_subreleases, b, sizeof b));
-    report_line("huge page work", "", exact);
-  }
-  if (st->version != 1)
-    fprintf(stderr, "  (stats format %llu; this magpie knows format 1)\n",
-            (unsigned long long)st->version);
   report_children(r->children);
 }
 
@@ -218,7 +166,7 @@ void report_stats(const run_result_t *r, const char *stats_dir, int json) {
   } else if ((text = stats_read_file(path, &len)) == NULL) {
     missing_reason(r, errno, why, sizeof why);
     missing = why;
-  } else {
+  } else if (json) {
     const char *bad;
     size_t at;
     if (stats_parse(text, len, &st, &bad, &at) < 0) {
@@ -233,7 +181,7 @@ void report_stats(const run_result_t *r, const char *stats_dir, int json) {
   if (json)
     report_json(r, text, &st, missing);
   else
-    report_text(r, &st, missing);
+    report_text(r, text, missing);
   fflush(stderr);
   free(st.classes);
   free(text);

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tmpdir.h"
@@ -90,13 +91,14 @@ static int join_env(const char *name, const char *value, char sep, int ours_firs
 
 /* The child: set up the environment, exec, and report an exec failure on fd. */
 static void run_child(char **argv, const char *lib, const char *stats_dir, const char *profile,
-                      const sigset_t *mask, int fd) {
+                      int stats_json, const run_watch_t *watch, const sigset_t *mask, int fd) {
   int err = 0;
   sigprocmask(SIG_SETMASK, mask, NULL);
   if (join_env("LD_PRELOAD", lib, ':', 1) < 0) err = errno;
   if (!err && stats_dir) {
     char opts[PATH_MAX + 64];
-    snprintf(opts, sizeof opts, "stats=json,stats_file=%s/" STATS_PREFIX "%%p", stats_dir);
+    snprintf(opts, sizeof opts, "stats=%s,stats_file=%s/" STATS_PREFIX "%%p",
+             stats_json ? "json" : "text", stats_dir);
     if (join_env("MAGPIE_OPTIONS", opts, ',', 0) < 0) err = errno;
   }
   if (!err && profile) {
@@ -104,6 +106,7 @@ static void run_child(char **argv, const char *lib, const char *stats_dir, const
     snprintf(opts, sizeof opts, "profile_file=%s", profile);
     if (join_env("MAGPIE_OPTIONS", opts, ',', 0) < 0) err = errno;
   }
+  if (!err && watch && join_env("MAGPIE_OPTIONS", watch->options, ',', 0) < 0) err = errno;
   if (!err) {
     execvp(argv[0], argv);
     err = errno;
@@ -113,7 +116,21 @@ static void run_child(char **argv, const char *lib, const char *stats_dir, const
   _exit(err == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC);
 }
 
-int run_program(char **argv, const char *lib, const char *stats_dir, run_result_t *r) {
+/* wait4 for pid, calling the watch's tick every interval while it runs. */
+static pid_t run_wait(pid_t pid, int *status, struct rusage *ru, const run_watch_t *watch) {
+  if (!watch) return wait4(pid, status, 0, ru);
+  for (;;) {
+    pid_t got = wait4(pid, status, WNOHANG, ru);
+    if (got != 0) return got;
+    struct timespec ts = {(time_t)(watch->interval_ms / 1000),
+                          (long)(watch->interval_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    watch->tick(watch->ctx, pid);
+  }
+}
+
+int run_program(char **argv, const char *lib, const char *stats_dir, const run_watch_t *watch,
+                run_result_t *r) {
   int pipefd[2];
   sigset_t forwarded, old_mask;
   struct sigaction ign = {0}, fwd = {0}, old_int, old_quit;
@@ -137,7 +154,7 @@ int run_program(char **argv, const char *lib, const char *stats_dir, run_result_
   }
   if (pid == 0) {
     close(pipefd[0]);
-    run_child(argv, lib, stats_dir, r->profile, &old_mask, pipefd[1]);
+    run_child(argv, lib, stats_dir, r->profile, r->stats_json, watch, &old_mask, pipefd[1]);
   }
   close(pipefd[1]);
   r->pid = pid;
@@ -161,7 +178,7 @@ int run_program(char **argv, const char *lib, const char *stats_dir, run_result_
 
   struct rusage ru;
   int status = 0;
-  while (wait4(pid, &status, 0, &ru) < 0) {
+  while (run_wait(pid, &status, &ru, watch) < 0) {
     if (errno != EINTR) {
       error("waiting for %s: %s", r->program, strerror(errno));
       return -1;
