@@ -67,7 +67,7 @@ fn blocks_are_magpies() {
     assert!(usable_size(&*small) >= 8);
     assert!(usable_size(big.as_ptr()) >= big.len());
     let text = magpie::report(Format::Text).unwrap();
-    assert!(text.starts_with("magpie statistics"), "report: {}", text);
+    assert!(text.starts_with("== magpie (pid "), "report: {}", text);
     let s = Stats::read().unwrap();
     assert!(s.allocs > 0 && s.live_bytes >= big.len() as u64 && s.peak_live_bytes >= s.live_bytes);
     assert!(s.mapped_bytes >= s.live_bytes);
