@@ -260,14 +260,15 @@ static uint32_t class_views(const top_t *t, class_view_t *views) {
   return n;
 }
 
-/* The locks taken at least once, sorted; returns how many. */
+/* The locks taken since the previous snapshot (since start, while rates are unknown), sorted;
+   returns how many. */
 static uint32_t lock_views(const top_t *t, lock_view_t *views, double *wait_ms) {
   double dt = seconds_apart(t);
   uint32_t n = 0;
   *wait_ms = 0;
   for (uint32_t i = 0; i < t->cur.head.lock_count; i++) {
     const magpie_area_lock_t *l = &t->cur.locks[i], *p = prev_lock(t, i);
-    if (!l->acquisitions) continue;
+    if (!l->acquisitions || (t->have_prev && l->acquisitions == p->acquisitions)) continue;
     views[n] =
         (lock_view_t){l, rate(l->acquisitions, p->acquisitions, dt),
                       rate(l->contended, p->contended, dt), rate(l->wait_ns, p->wait_ns, dt) / 1e6};
@@ -371,13 +372,13 @@ static int build_frame(top_t *t, int rows) {
   for (uint32_t i = 0; i < show_c; i++)
     add_class_row(t, &cv[i]);
   add_line(&t->frame, "%s", "");
-  add_line(&t->frame, "LOCKS by %s (%u of %u taken)", sort_label(t->o.lock_key), show_l, nl);
+  add_line(&t->frame, "LOCKS by %s (%u of %u in use)", sort_label(t->o.lock_key), show_l, nl);
   add_line(&t->frame, "%14s %12s %10s  %s", "ACQUISITIONS/S", "CONTENDED/S", "WAIT MS/S", "LOCK");
   for (uint32_t i = 0; i < show_l; i++)
     add_lock_row(t, &lv[i]);
   if (rows >= 0)
-    add_line(&t->frame, "keys: sort caches a allocs f frees l live k cached m misses t trades "
-                        "s size; sort locks c contended w wait n acquisitions; q quit");
+    add_line(&t->frame, "keys: a allocs f frees l live k cached m misses t trades s size | "
+                        "c contended w wait n acquisitions | q quit");
   free(cv);
   free(lv);
   return 0;
