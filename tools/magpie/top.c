@@ -214,12 +214,17 @@ static double class_sort_value(const class_view_t *v) {
   }
 }
 
+/* qsort's order for the largest first. */
+static int descending(double x, double y) {
+  return (x < y) - (x > y);
+}
+
+/* By the key, then by misses and live bytes, so equal rows keep a stable order. */
 static int by_class_key(const void *a, const void *b) {
   const class_view_t *x = a, *y = b;
-  double vx = class_sort_value(x), vy = class_sort_value(y);
-  if (vx != vy) return vx < vy ? 1 : -1;
-  if (x->misses != y->misses) return x->misses < y->misses ? 1 : -1;
-  return (x->c->live_bytes < y->c->live_bytes) - (x->c->live_bytes > y->c->live_bytes);
+  int order = descending(class_sort_value(x), class_sort_value(y));
+  if (!order) order = descending(x->misses, y->misses);
+  return order ? order : descending((double)x->c->live_bytes, (double)y->c->live_bytes);
 }
 
 static double lock_sort_value(const lock_view_t *v) {
@@ -233,12 +238,12 @@ static double lock_sort_value(const lock_view_t *v) {
   }
 }
 
+/* By the key, then by wait and acquisitions. */
 static int by_lock_key(const void *a, const void *b) {
   const lock_view_t *x = a, *y = b;
-  double vx = lock_sort_value(x), vy = lock_sort_value(y);
-  if (vx != vy) return vx < vy ? 1 : -1;
-  if (x->wait_ms != y->wait_ms) return x->wait_ms < y->wait_ms ? 1 : -1;
-  return (x->acquisitions < y->acquisitions) - (x->acquisitions > y->acquisitions);
+  int order = descending(lock_sort_value(x), lock_sort_value(y));
+  if (!order) order = descending(x->wait_ms, y->wait_ms);
+  return order ? order : descending(x->acquisitions, y->acquisitions);
 }
 
 /* The caches with anything to show, sorted; returns how many (views has class_count places). */
