@@ -527,6 +527,7 @@ def test_top_exit():
         q.kill()
         q.wait()
     magpie("top", expect=2)
+    check("magpie top PID" in magpie("top", "--help", expect=0).stdout, "top --help")
     magpie("top", "--sort", "x", "1", expect=2)
     magpie("top", "--batch", "0", "1", expect=2)
 

@@ -220,6 +220,9 @@ static int cmd_top(int argc, char **argv) {
         o.lock_key = k[0];
       else
         return usage_error("--sort wants one of the keys a f l k m t s c w n, not '%s'", k);
+    } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      usage(stdout);
+      return 0;
     } else if (!pid_text && a[0] != '-') {
       pid_text = a;
     } else {
