@@ -10,12 +10,16 @@
  *                                MS ms (the live statistics tests read it meanwhile)
  *   alloc_probe --contend THREADS OPS  THREADS threads each take and give back OPS objects of
  *                                one object cache (magpie's API, found with dlsym) in batches
+ *   alloc_probe --contend-for THREADS MS  the same for MS ms, each object with a malloc'd
+ *                                block beside it (so size classes move too); prints "ready"
+ *                                once the threads run (`magpie top` tests watch it)
  *   alloc_probe --malloc-info    prints malloc_info(0, stdout)
  *
  * It is built with -fno-builtin so the compiler keeps every malloc and free.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -72,17 +76,25 @@ static void *contend_cache;
 static cache_alloc_t *contend_alloc;
 static cache_free_t *contend_free;
 static long contend_ops;
+static double contend_until; /* now_ms() deadline of --contend-for; 0 for --contend */
+
+#define CONTEND_BLOCK 96 /* bytes of the malloc'd block beside each object (--contend-for) */
 
 #define CONTEND_BATCH 2048 /* past what a depot keeps: batches reach the slab layer too */
 
 static void *contend_thread(void *arg) {
-  static __thread void *batch[CONTEND_BATCH];
+  static __thread void *batch[CONTEND_BATCH], *blocks[CONTEND_BATCH];
   (void)arg;
-  for (long done = 0; done < contend_ops; done += CONTEND_BATCH) {
-    for (int i = 0; i < CONTEND_BATCH; i++)
+  for (long done = 0; done < contend_ops && (!contend_until || now_ms() < contend_until);
+       done += CONTEND_BATCH) {
+    for (int i = 0; i < CONTEND_BATCH; i++) {
       if (!(batch[i] = contend_alloc(contend_cache, 0))) return (void *)1;
-    for (int i = 0; i < CONTEND_BATCH; i++)
+      if (contend_until && !(blocks[i] = malloc(CONTEND_BLOCK))) return (void *)1;
+    }
+    for (int i = 0; i < CONTEND_BATCH; i++) {
       contend_free(contend_cache, batch[i]);
+      if (contend_until) free(blocks[i]);
+    }
   }
   return NULL;
 }
@@ -101,6 +113,10 @@ static int contend(int threads, long ops) {
   if (threads > 64) threads = 64;
   for (int i = 0; i < threads; i++)
     if (pthread_create(&t[i], NULL, contend_thread, NULL) != 0) return 1;
+  if (contend_until) {
+    puts("ready");
+    fflush(stdout);
+  }
   int failed = 0;
   for (int i = 0; i < threads; i++) {
     void *rc;
@@ -114,6 +130,10 @@ int main(int argc, char **argv) {
   if (argc >= 5 && strcmp(argv[1], "--hold") == 0)
     return hold(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10), atof(argv[4]));
   if (argc >= 4 && strcmp(argv[1], "--contend") == 0) return contend(atoi(argv[2]), atol(argv[3]));
+  if (argc >= 4 && strcmp(argv[1], "--contend-for") == 0) {
+    contend_until = now_ms() + atof(argv[3]);
+    return contend(atoi(argv[2]), LONG_MAX);
+  }
   if (argc >= 2 && strcmp(argv[1], "--malloc-info") == 0) return malloc_info(0, stdout) != 0;
   if (argc >= 2 && strcmp(argv[1], "--quick-exit") == 0) {
     if (churn(100, 64) < 0) return 1;

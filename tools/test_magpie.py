@@ -452,6 +452,242 @@ def test_malloc_info():
         check(want in types, "%s type=%s in <malloc>" % want, r)
 
 
+def skip(why):
+    print("SKIPPED: " + why)
+    shutil.rmtree(TMPDIR, ignore_errors=True)
+    sys.exit(77)
+
+
+def start_contender(ms, threads=4):
+    """The probe's threads hammering one object cache and one size class for ms ms, with
+    magazines of one round (every other operation a depot trade) and the area published every
+    100 ms; returns once it has published."""
+    p = start_probe("--contend-for", str(threads), str(ms), options="publish_ms=100,mag_rounds=1")
+    read_live(p.pid)
+    return p
+
+
+def top_frames(text):
+    """The frames `magpie top` printed: lists of lines, each list from a title line on."""
+    frames = []
+    for line in text.splitlines():
+        if line.startswith("magpie top - pid "):
+            frames.append([])
+        if frames:
+            frames[-1].append(line.rstrip())
+    return frames
+
+
+def rate(text):
+    """A rate as top prints it ("-", "7", "2.5", "12.3k", "4.1M") as a number; None for "-"."""
+    if text == "-":
+        return None
+    scale = {"k": 1e3, "M": 1e6, "G": 1e9}.get(text[-1], 1)
+    return float(text.rstrip("kMG")) * scale
+
+
+CLASS_ROW = re.compile(r"^\s*(\d+)\s+(\S+)\s+(\S+)\s+(\S+ \S+)\s+(\S+ \S+)\s+(\S+)\s+(\S+)"
+                       r"\s+(\d+)\s+(\S+)\s+(class \d+|cache .+)$")
+LOCK_ROW = re.compile(r"^\s*(\S+)\s+(\S+)\s+(\S+)\s+(\S.*)$")
+
+
+def top_tables(frame):
+    """A frame's cache rows (dicts) and lock rows (dicts), checking the frame's fixed lines."""
+    text = "\n".join(frame)
+    for want in (r"^memory: RSS \d", r"   live \d", r"   cached \d", r"   mapped \d",
+                 r"   huge pages \d[^(]*\(\d+\.\d%\)", r"^totals: allocs [\d,]+ \(\S+/s\)",
+                 r"frees [\d,]+ \(\S+/s\)", r"misses [\d,]+ \(\S+/s\)",
+                 r"^CACHES by \S+", r"^\s+SIZE\s+ALLOCS/S\s+FREES/S\s+LIVE\s+CACHED\s+MISSES/S"
+                 r"\s+TRADES/S\s+SLABS\s+FILL\s+NAME$", r"^LOCKS by \S+",
+                 r"^ACQUISITIONS/S\s+CONTENDED/S\s+WAIT MS/S\s+LOCK$"):
+        check(re.search(want, text, re.M), "%r in the frame:\n%s" % (want, text))
+    at = frame.index([l for l in frame if l.startswith("CACHES by")][0]) + 2
+    classes = []
+    while at < len(frame) and frame[at]:
+        m = CLASS_ROW.match(frame[at])
+        check(m, "a cache row: %r" % frame[at])
+        classes.append({"size": int(m[1]), "allocs": rate(m[2]), "frees": rate(m[3]),
+                        "misses": rate(m[6]), "trades": rate(m[7]), "name": m[10]})
+        at += 1
+    at = frame.index([l for l in frame if l.startswith("LOCKS by")][0]) + 2
+    locks = []
+    while at < len(frame) and frame[at] and not frame[at].startswith("keys:"):
+        m = LOCK_ROW.match(frame[at])
+        check(m, "a lock row: %r" % frame[at])
+        locks.append({"acquisitions": rate(m[1]), "contended": rate(m[2]),
+                      "wait_ms": None if m[3] == "-" else float(m[3]), "name": m[4]})
+        at += 1
+    return classes, locks
+
+
+def contended_top(pid, *args):
+    """`magpie top --batch 3` of the contending probe: its last frame's tables, once a lock
+    shows contention (up to three tries: on a busy machine an interval may see none)."""
+    for attempt in range(3):
+        r = magpie("top", "--batch", "3", "--interval", "400", *args, str(pid), expect=0)
+        check("\x1b" not in r.stdout, "no escape sequences in batch output", r)
+        frames = top_frames(r.stdout)
+        check(len(frames) == 3, "3 frames", r)
+        classes, locks = top_tables(frames[-1])
+        if any(l["contended"] for l in locks):
+            return frames, classes, locks
+    check(False, "a lock with contended/s > 0 in:\n%s" % "\n".join(frames[-1]))
+
+
+def test_top_batch():
+    p = start_contender(12000)
+    try:
+        frames, classes, locks = contended_top(p.pid)
+        first, _ = top_tables(frames[0])
+        check(all(c["allocs"] is None for c in first), "first frame: rates unknown")
+        check(re.match(r"magpie top - pid %d \(magpie_alloc_pr\) - \d+ threads" % p.pid,
+                       frames[-1][0]), "title line: %s" % frames[-1][0])
+        check(frames[-1][1].startswith("memory: RSS ") and frames[-1][4].startswith(
+            "CACHES by allocs/s ("), "memory line, default sort: %s" % frames[-1])
+        block = [c for c in classes if c["size"] >= 96 and c["name"].startswith("class ")]
+        check(block and block[0]["allocs"] > 0 and block[0]["frees"] > 0,
+              "the class of the probe's 96-byte blocks moves: %s" % classes)
+        allocs = [c["allocs"] for c in classes]
+        check(allocs == sorted(allocs, reverse=True), "sorted by allocs/s: %s" % allocs)
+        cache = [c for c in classes if c["name"] == "cache contended"]
+        check(cache and cache[0]["misses"] > 0 and cache[0]["trades"] > 0,
+              "the hammered cache trades with its depot: %s" % classes)
+        check(all(l["acquisitions"] >= l["contended"] for l in locks), "contended <= taken")
+        contended = [l["contended"] for l in locks]
+        check(contended == sorted(contended, reverse=True), "locks by contended/s: %s" % locks)
+        r = magpie("top", "--batch", "2", "--interval", "300", "--sort", "m", "--sort", "w",
+                   str(p.pid), expect=0)
+        last = top_frames(r.stdout)[-1]
+        check(last[4].startswith("CACHES by misses/s (") and "LOCKS by wait ms/s (" in r.stdout,
+              "--sort m and --sort w", r)
+        classes, locks = top_tables(last)
+        misses, waits = [c["misses"] for c in classes], [l["wait_ms"] for l in locks]
+        check(misses == sorted(misses, reverse=True) and waits == sorted(waits, reverse=True),
+              "sorted by misses/s and wait ms/s", r)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_top_exit():
+    p = start_contender(1500, threads=2)
+    try:
+        r = magpie("top", "--batch", "100", "--interval", "200", str(p.pid), expect=1)
+        check("process %d exited" % p.pid in r.stderr and top_frames(r.stdout),
+              "frames, then says the process exited", r)
+    finally:
+        p.kill()
+        p.wait()
+    q = subprocess.Popen(["sleep", "20"], env={k: v for k, v in os.environ.items()
+                                                if k != "LD_PRELOAD"})
+    try:
+        r = magpie("top", "--batch", "1", str(q.pid), expect=125)
+        check("no magpie statistics area" in r.stderr and not r.stdout, "says there is none", r)
+    finally:
+        q.kill()
+        q.wait()
+    magpie("top", expect=2)
+    check("magpie top PID" in magpie("top", "--help", expect=0).stdout, "top --help")
+    magpie("top", "--sort", "x", "1", expect=2)
+    magpie("top", "--batch", "0", "1", expect=2)
+
+
+def test_top_tmux():
+    """`magpie top` on a terminal: tmux runs it in a 160x50 pane; capture-pane shows what it
+    drew. Then a sort key, a resize (SIGWINCH), and 'q', after which the shell's terminal must be
+    back as it was."""
+    if not shutil.which("tmux"):
+        skip("tmux is not installed")
+    p = start_contender(14000)
+    server = ["tmux", "-L", "magpie-test-%d" % os.getpid(), "-f", "/dev/null"]
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MAGPIE_OPTIONS", "TMUX")}
+    shell = ("stty -a | grep -o -- '-*icanon' | sed 's/^/before: /'; %s top --interval 500 %d; "
+             "echo magpie-top-exit=$?; stty -a | grep -o -- '-*icanon' | sed 's/^/after: /'; "
+             "sleep 30" % (MAGPIE, p.pid))
+
+    def screen():
+        return subprocess.run(server + ["capture-pane", "-p", "-t", "top"], capture_output=True,
+                              text=True, env=env, timeout=10).stdout
+
+    def wait_for(test, what, seconds=10):
+        end = time.monotonic() + seconds
+        while True:
+            text = screen()
+            if test(text):
+                return text
+            check(time.monotonic() < end, "%s; the screen:\n%s" % (what, text))
+            time.sleep(0.2)
+
+    def contended(text):
+        frames = top_frames(text)
+        if not frames or not any(l.startswith("keys:") for l in frames[0]):
+            return False
+        return any(l["contended"] for l in top_tables(frames[0])[1])
+
+    try:
+        r = subprocess.run(server + ["new-session", "-d", "-s", "top", "-x", "160", "-y", "50",
+                                     shell], env=env, capture_output=True, text=True, timeout=10)
+        check(r.returncode == 0, "tmux started", r)
+        text = wait_for(contended, "two refreshes, a lock with contended/s > 0")
+        frame = top_frames(text)[0]
+        classes, locks = top_tables(frame)
+        check("\nCACHES by allocs/s (" in text and classes, "a cache table:\n%s" % text)
+        check(not any(l.startswith("before:") for l in frame), "on the alternate screen")
+        subprocess.run(server + ["send-keys", "-t", "top", "m"], env=env, timeout=10)
+        wait_for(lambda t: "CACHES by misses/s" in t, "'m' sorts by misses/s", 5)
+        subprocess.run(server + ["resize-window", "-t", "top", "-x", "100", "-y", "24"], env=env,
+                       timeout=10)
+        text = wait_for(lambda t: any(l.startswith("keys:") and len(l) == 99
+                                      for l in t.splitlines()),
+                        "redrawn for 100 columns: lines cut at 99", 5)
+        check(len(text.splitlines()) <= 24, "24 rows at most:\n%s" % text)
+        subprocess.run(server + ["send-keys", "-t", "top", "q"], env=env, timeout=10)
+        text = wait_for(lambda t: "after:" in t, "'q' quits", 5)
+        check("magpie-top-exit=0" in text, "exit status 0:\n%s" % text)
+        check("before: icanon" in text and "after: icanon" in text and "CACHES" not in text,
+              "the terminal is given back as it was (canonical mode, main screen):\n%s" % text)
+    finally:
+        subprocess.run(server + ["kill-server"], env=env, capture_output=True, timeout=10)
+        p.kill()
+        p.wait()
+
+
+def test_top_redis():
+    """A real server: redis-server (io-threads 2) under redis-benchmark, watched by top."""
+    if not (shutil.which("redis-server") and shutil.which("redis-benchmark")):
+        skip("redis-server or redis-benchmark is not installed")
+    work = tempfile.mkdtemp(prefix="magpie-top-redis.")
+    sock = os.path.join(work, "sock")
+    env = dict(os.environ, LD_PRELOAD=LIBRARY, MAGPIE_OPTIONS="publish_ms=100")
+    server = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", sock, "--save", "",
+                               "--appendonly", "no", "--io-threads", "2", "--dir", work],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    bench = None
+    try:
+        end = time.monotonic() + 10
+        while not os.path.exists(sock):
+            check(time.monotonic() < end and server.poll() is None, "redis-server started")
+            time.sleep(0.05)
+        bench = subprocess.Popen(["redis-benchmark", "-s", sock, "-n", "10000000", "-c", "20",
+                                  "-d", "100", "-t", "set,get,lpush,lpop", "-q"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        read_live(server.pid)
+        r = magpie("top", "--batch", "2", "--interval", "700", str(server.pid), expect=0)
+        frames = top_frames(r.stdout)
+        check(len(frames) == 2 and "(redis-server)" in frames[-1][0], "2 frames of redis", r)
+        classes, locks = top_tables(frames[-1])
+        check(any(c["allocs"] and c["frees"] for c in classes),
+              "a class with allocs/s and frees/s > 0 under the benchmark", r)
+        check(any(l["acquisitions"] for l in locks), "locks taken", r)
+    finally:
+        if bench:
+            bench.kill()
+            bench.wait()
+        server.kill()
+        server.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 class Skip(Exception):
     """A case that cannot run here: it exits 77 after a SKIPPED line."""
 

@@ -1,9 +1,11 @@
 /* magpie: the command-line front end. `magpie run [--stats] [--json] [--profile FILE] [--record
  * FILE] [--] PROGRAM ARGS...` runs PROGRAM with libmagpie.so preloaded and, with --stats,
  * reports what the allocator saw; `magpie stats PID` prints a running process's live statistics
- * (live, inspect); `magpie profile`, `flame` and `profile-diff` take and read heap profiles. This
- * file holds the usage text, the argument parsing and the order of one run; the work is done
- * by the modules below it, each calling only further down:
+ * (live, inspect); `magpie top PID` shows them refreshed, with rates (top); `magpie profile`,
+ * `flame` and `profile-diff` take and read heap profiles. This file holds the usage text, the
+ * argument parsing and the order of one run; the work is done by the modules below it, each
+ * calling only further down:
+ *   main -> top (the live view) -> live, report's number formats
  *   main -> run (fork, exec, signals, finding the library)
  *        -> plot (a record drawn as SVG) -> json
  *        -> report (text and JSON) -> stats (the library's stats file) -> json (the scanner)
@@ -16,9 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
 #include <time.h>
+#include <unistd.h>
 
 #include "flame.h"
 #include "inspect.h"
@@ -28,11 +29,13 @@
 #include "run.h"
 #include "tmpdir.h"
 #include "tool.h"
+#include "top.h"
 
 static const char usage_text[] =
     "Usage: magpie run [--stats] [--json] [--profile FILE] [--record FILE [--interval MS]]\n"
     "                  [--] PROGRAM [ARGS...]\n"
     "       magpie stats [--json] PID\n"
+    "       magpie top [--interval MS] [--batch N] [--sort KEY]... PID\n"
     "       magpie plot FILE [-o OUT.svg]\n"
     "       magpie profile [--timeout SEC] PID FILE\n"
     "       magpie flame FILE [-o OUT.svg] [--title TEXT]\n"
@@ -68,6 +71,15 @@ static const char usage_text[] =
     "live bytes grew most from profile OLD to NEW (leak hunting).\n"
     "magpie stats PID prints the live statistics a running process with magpie\n"
     "published (it must be yours, or you root); --json prints one JSON object.\n"
+    "\n"
+    "magpie top PID shows that process's heap live, refreshed every --interval MS\n"
+    "(default 1000): RSS, live, cached, mapped and huge-page bytes, totals with rates\n"
+    "per second, the busiest caches and the most contended locks. Keys sort the\n"
+    "caches (a allocs/s, f frees/s, l live, k cached, m misses/s, t depot trades/s,\n"
+    "s size) or the locks (c contended/s, w wait, n acquisitions/s); q quits.\n"
+    "--sort KEY sorts from the start; --batch N prints N refreshes as plain text\n"
+    "(as does top when its output is not a terminal). Exit status: 0 when quit or\n"
+    "done, 1 when the process exited, 125 when it has no magpie statistics.\n"
     "\n"
     "Environment:\n"
     "  MAGPIE_OPTIONS  allocator options (name=value,...), passed on to PROGRAM\n"
@@ -234,6 +246,47 @@ static int cmd_stats(int argc, char **argv) {
   return 0;
 }
 
+static int cmd_top(int argc, char **argv) {
+  top_options_t o;
+  memset(&o, 0, sizeof o);
+  o.interval_ms = 1000;
+  const char *pid_text = NULL;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--interval") == 0 && i + 1 < argc) {
+      int ms = parse_ms(argv[++i]);
+      if (ms < 0)
+        return usage_error("--interval wants milliseconds (1 to 60000), not '%s'", argv[i]);
+      o.interval_ms = (unsigned)ms;
+    } else if (strcmp(a, "--batch") == 0 && i + 1 < argc) {
+      char *end;
+      o.batch = strtol(argv[++i], &end, 10);
+      if (*end || o.batch < 1)
+        return usage_error("--batch wants a count of refreshes, not '%s'", argv[i]);
+    } else if (strcmp(a, "--sort") == 0 && i + 1 < argc) {
+      const char *k = argv[++i];
+      if (k[0] && !k[1] && top_sort_key_ok(k[0], 1))
+        o.class_key = k[0];
+      else if (k[0] && !k[1] && top_sort_key_ok(k[0], 0))
+        o.lock_key = k[0];
+      else
+        return usage_error("--sort wants one of the keys a f l k m t s c w n, not '%s'", k);
+    } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      usage(stdout);
+      return 0;
+    } else if (!pid_text && a[0] != '-') {
+      pid_text = a;
+    } else {
+      return usage_error("top: unexpected '%s'", a);
+    }
+  }
+  char *end;
+  long pid = pid_text ? strtol(pid_text, &end, 10) : 0;
+  if (!pid_text || *end || pid <= 0) return usage_error("%s", "top: give a process id");
+  o.pid = (pid_t)pid;
+  return top_run(&o);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
@@ -254,6 +307,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "profile-diff") == 0) return cmd_profile_diff(argc - 2, argv + 2);
   if (strcmp(cmd, "flame") == 0) return cmd_flame(argc - 2, argv + 2);
   if (strcmp(cmd, "stats") == 0) return cmd_stats(argc - 2, argv + 2);
+  if (strcmp(cmd, "top") == 0) return cmd_top(argc - 2, argv + 2);
   if (cmd[0] == '-') return usage_error("unknown option '%s'", cmd);
   return usage_error("unknown command '%s'", cmd);
 }

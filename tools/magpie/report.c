@@ -21,8 +21,7 @@
 /* How many size classes the text report lists. */
 #define TOP_CLASSES 5
 
-/* Writes v with thousands separators ("1,234,567") into buf; returns buf. */
-static char *fmt_count(uint64_t v, char *buf, size_t cap) {
+char *fmt_count(uint64_t v, char *buf, size_t cap) {
   char digits[32];
   int n = snprintf(digits, sizeof digits, "%llu", (unsigned long long)v);
   size_t o = 0;
