@@ -371,11 +371,16 @@ def test_stats_no_magpie():
 def test_record():
     out = os.path.join(tempfile.mkdtemp(prefix="magpie-record-test."), "rec.jsonl")
     try:
-        magpie("run", "--record", out, "--interval", "50", "--", PROBE, "--hold", "500", "1000",
-               "1200", expect=0)
+        r = magpie("run", "--record", out, "--interval", "50", "--", PROBE, "--hold", "500",
+                   "1000", "1200", expect=0)
         with open(out) as f:
             lines = [json.loads(l) for l in f]
         check(len(lines) >= 5, "at least 5 lines in %s: %d" % (out, len(lines)))
+        check("%d samples of the heap over time in %s; draw them: magpie plot %s" %
+              (len(lines), out, out) in r.stderr, "the exit line points to magpie plot", r)
+        # The record as written is what magpie plot reads.
+        p = magpie("plot", out, expect=0)
+        check(os.path.getsize(out[:-len(".jsonl")] + ".svg") > 0, "the record plotted", p)
         times = [l["t"] for l in lines]
         check(times == sorted(times) and len(set(times)) == len(times), "t increases: %s" % times)
         for key in ("t", "rss_bytes", "live_bytes", "cached_bytes", "mapped_bytes", "huge_bytes",

@@ -188,6 +188,9 @@ static int cmd_run(int argc, char **argv) {
     }
     remove_stats_dir(dir);
   }
+  if (record && rc == 0 && !json)
+    fprintf(stderr, "magpie: %zu samples of the heap over time in %s; draw them: magpie plot %s\n",
+            rec.lines, record, record);
   return rc < 0 ? EXIT_TOOL_FAILED : r.exit_status;
 }
 
