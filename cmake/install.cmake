@@ -1,8 +1,8 @@
 # What `make install` puts under the prefix (every path relative to it, cmake/dirs.cmake), and the
 # Debian package built from the same rules by CPack (`make deb`):
 #   bin/magpie, LIBDIR/libmagpie.so.1.x.y (+ .so.1, .so), LIBDIR/libmagpie.a, include/magpie.h,
-#   LIBDIR/pkgconfig/magpie.pc, LIBDIR/cmake/magpie/ (find_package(magpie): magpie::magpie,
-#   magpie::magpie_static), share/man/man1/magpie.1, share/man/man3/magpie.3.
+#   include/magpie_stats.h (the live area's layout), LIBDIR/pkgconfig/magpie.pc,
+#   LIBDIR/cmake/magpie/ (find_package(magpie): magpie::magpie, magpie::magpie_static), share/man/man1/magpie.1, share/man/man3/magpie.3.
 # Each `cmake --install` lists what it wrote in the build directory's install_manifest.txt;
 # `make uninstall` (cmake/uninstall.cmake) removes those files.
 include(CMakePackageConfigHelpers)
@@ -17,7 +17,8 @@ install(TARGETS magpie magpie_static EXPORT magpieTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS magpie_cmd RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-install(FILES ${PROJECT_SOURCE_DIR}/include/magpie.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/include/magpie.h ${PROJECT_SOURCE_DIR}/include/magpie_stats.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 # The CMake package: targets relative to the package's own directory, so it is relocatable.
 set(MAGPIE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/magpie)

@@ -3,7 +3,8 @@
 #   scripts/deps.sh build   `make`, `make demo`: the compilers, cmake, make and python3 (the
 #                           configure step finds it for the tool's tests; the demo runs in it)
 #   scripts/deps.sh test    `make test`: the above, and what the tests run (sqlite3, git,
-#                           valgrind, clang and libFuzzer, pkg-config, groff, cargo)
+#                           valgrind, clang and libFuzzer, pkg-config, groff, cargo; tmux and
+#                           redis for `magpie top`'s tests)
 #   scripts/deps.sh package `make deb`: the build's, and dpkg-dev and file
 #   scripts/deps.sh format  `make format`, `make format-check`: clang-format
 # Without an argument: build.
@@ -19,7 +20,8 @@ package) pairs="$build $package" ;;
 # The install tests need pkg-config (programs built against the installed library), groff (the
 # man pages' check) and what a .deb needs.
 test)    pairs="$build $package sqlite3:sqlite3 git:git valgrind:valgrind clang:clang
-                pkg-config:pkgconf groff:groff-base" ;;
+                pkg-config:pkgconf groff:groff-base tmux:tmux redis-server:redis-server
+                redis-benchmark:redis-tools" ;;
 format)  pairs="clang-format:clang-format" ;;
 *) echo "usage: scripts/deps.sh [build|test|package|format]" >&2; exit 2 ;;
 esac

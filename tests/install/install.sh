@@ -33,7 +33,8 @@ libdir=$(pkg-config --variable=libdir magpie)
 [ "$(pkg-config --modversion magpie)" = "$version" ] || fail "magpie.pc says version $(pkg-config --modversion magpie)"
 [ "$("$prefix/bin/magpie" version)" = "magpie $version" ] || fail "magpie version says $("$prefix/bin/magpie" version)"
 for f in "$libdir/libmagpie.so.1" "$libdir/libmagpie.so" "$libdir/libmagpie.a" \
-         "$prefix/include/magpie.h" "$prefix/bin/magpie" "$libdir/cmake/magpie/magpieConfig.cmake" \
+         "$prefix/include/magpie.h" "$prefix/include/magpie_stats.h" "$prefix/bin/magpie" \
+         "$libdir/cmake/magpie/magpieConfig.cmake" \
          "$prefix/share/man/man1/magpie.1" "$prefix/share/man/man3/magpie.3"; do
   [ -e "$f" ] || fail "not installed: $f"
 done
