@@ -855,7 +855,7 @@ def variant_table(rows, variants, stats):
     short = [v[v.index("[") + 1:-1] for v in variants]
     header = ["workload"]
     for key in ("time", "peak RSS"):
-        header += ["%s %s" % (key, v) for v in short] + ["%s/%s" % (short[0], short[-1] if
+        header += ["%s %s" % (key, v) for v in short] + ["%s/%s" % (short[0], short[1] if
                                                                       len(short) > 1 else "")]
     body, ratios = [], {"time": [], "rss_kib": []}
     for w in rows:
