@@ -324,12 +324,19 @@ static void json_name(report_buf_t *b, const char *name) {
   report_str(b, "\"");
 }
 
+typedef struct json_figure {
+  const char *key;
+  uint64_t v;
+} json_figure_t;
+
+static void json_figures(report_buf_t *b, const json_figure_t *f, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    json_field(b, f[i].key, f[i].v);
+}
+
 /* A class's or object cache's figures, after its "class" or "name" (docs/stats.md). */
 static void json_cache_figures(report_buf_t *b, const magpie_area_class_t *r) {
-  const struct {
-    const char *key;
-    uint64_t v;
-  } figures[] = {
+  const json_figure_t figures[] = {
       {"size", r->size},
       {"allocs", r->allocs},
       {"frees", r->frees},
@@ -346,18 +353,14 @@ static void json_cache_figures(report_buf_t *b, const magpie_area_class_t *r) {
       {"slab_objects", r->slab_objects},
       {"slab_objects_out", r->slab_objects_out},
   };
-  for (size_t i = 0; i < sizeof figures / sizeof figures[0]; i++)
-    json_field(b, figures[i].key, figures[i].v);
+  json_figures(b, figures, sizeof figures / sizeof figures[0]);
 }
 
 static void stats_write_json(report_buf_t *b) {
   const magpie_area_t *a = SNAP;
   report_str(b, "{\"magpie\":1,\"schema\":");
   report_dec(b, MAGPIE_STATS_SCHEMA);
-  const struct {
-    const char *key;
-    uint64_t v;
-  } top[] = {
+  const json_figure_t top[] = {
       {"pid", a->pid},
       {"allocs", a->allocs},
       {"frees", a->frees},
@@ -379,8 +382,7 @@ static void stats_write_json(report_buf_t *b) {
       {"rseq", os_rseq_available()},
       {"percpu", a->percpu},
   };
-  for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
-    json_field(b, top[i].key, top[i].v);
+  json_figures(b, top, sizeof top / sizeof top[0]);
   for (uint64_t kind = 0; kind < 2; kind++) {
     report_str(b, kind ? "],\"object_caches\":[" : ",\"classes\":[");
     for (uint32_t i = 0, first = 1; i < a->class_count; i++) {
