@@ -431,6 +431,13 @@ def test_contention():
             break
     check(any(l["contended"] > 0 and l["wait_ns"] > 0 for l in rows),
           "the hammered cache's locks were contended: %s" % rows)
+    # Every thread's objects are counted, summed over its slot and folded in at its exit:
+    # 4 threads x 977 batches of 2048 (tools/alloc_probe.c), all given back.
+    cache = [c for c in j["object_caches"] if c["name"] == "contended"]
+    want = 4 * 977 * 2048
+    check(len(cache) == 1 and cache[0]["allocs"] == want and cache[0]["frees"] == want
+          and cache[0]["live_bytes"] == 0, "the cache's allocs and frees, %d each: %s" %
+          (want, cache))
     r = subprocess.run([PROBE, "--contend", "4", "2000000"], capture_output=True, text=True,
                        env=dict(os.environ, LD_PRELOAD=LIBRARY,
                                 MAGPIE_OPTIONS="stats=text,mag_rounds=1"), timeout=50)

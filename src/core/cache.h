@@ -56,6 +56,8 @@ typedef struct cache {
   size_t slabs;            /* slabs held */
   size_t slab_objects_out; /* objects handed to the magazine layer and not returned */
   uint64_t misses;         /* operations that went past a thread's or CPU's magazines (atomic) */
+  /* object caches: the allocs and frees of exited threads' slots (mag_registry_lock) */
+  uint64_t exited_allocs, exited_frees;
   /* depot */
   depot_t depot;
   /* object caches only: the list of all object caches (cache_list_lock) */

@@ -126,6 +126,8 @@ bool mag_percpu(void); /* malloc's magazines are per CPU */
 void *mag_cache_alloc(cache_t *cp);
 void mag_cache_free(cache_t *cp, void *obj);
 void mag_cache_drain(cache_t *cp); /* takes every thread's magazines of cp (cache destroy) */
+/* The objects of object cache cp handed out and given back, over every thread, live or exited. */
+void mag_cache_counts(cache_t *cp, uint64_t *allocs, uint64_t *frees);
 
 /* statistics: sums over live threads and the exited ones */
 typedef struct {

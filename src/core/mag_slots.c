@@ -13,8 +13,9 @@
  *      exit and mag_cache_drain, which the program calls only once the cache is out of use.
  *   3. Freeing checks that the object belongs to the cache (slab_of); the front layer's inline
  *      pop and push (front/caches.c) serve the loaded magazine and call here when it cannot.
- * Locking: mag_cache_drain reads other threads' slots under mag_registry_lock; the slots'
- * pointer is published with a release store for it.
+ * Locking: mag_cache_drain and mag_cache_counts read other threads' slots under
+ * mag_registry_lock; the slots' pointer is published with a release store for them. A slot's
+ * counts are the owner's (STAT_ADD); an exiting thread adds them to its caches' exited counts.
  */
 #include "mag_impl.h"
 #include "os.h"
@@ -31,8 +32,8 @@ static thread_mags_t *mag_slot_of(tcache_t *tc, cache_t *cp) {
   }
   cache_slot_t *s = &slots[cp->id];
   if (s->cache != cp) { /* first use, or the slot of a destroyed cache (already drained) */
-    s->cache = cp;
     s->own = (thread_mags_t){MAG_PAIR_EMPTY, {0, 0}};
+    __atomic_store_n(&s->cache, cp, __ATOMIC_RELEASE); /* mag_cache_counts: counts reset first */
   }
   return &s->own;
 }
@@ -74,7 +75,7 @@ void mag_cache_drain(cache_t *cp) {
     cache_slot_t *slots = __atomic_load_n(&tc->slots, __ATOMIC_ACQUIRE);
     if (slots && slots[cp->id].cache == cp) {
       mag_pair_to_depot(cp, &slots[cp->id].own.mags);
-      slots[cp->id].cache = NULL;
+      __atomic_store_n(&slots[cp->id].cache, NULL, __ATOMIC_RELAXED);
     }
   }
   lock_release(&mag_registry_lock);
@@ -82,8 +83,27 @@ void mag_cache_drain(cache_t *cp) {
 
 void mag_slots_to_depot(tcache_t *tc) {
   if (tc->slots)
-    for (unsigned i = 0; i < MAG_CACHE_SLOTS; i++)
-      if (tc->slots[i].cache) mag_pair_to_depot(tc->slots[i].cache, &tc->slots[i].own.mags);
+    for (unsigned i = 0; i < MAG_CACHE_SLOTS; i++) {
+      cache_slot_t *s = &tc->slots[i];
+      if (!s->cache) continue;
+      mag_pair_to_depot(s->cache, &s->own.mags);
+      s->cache->exited_allocs += STAT_READ(s->own.count.allocs);
+      s->cache->exited_frees += STAT_READ(s->own.count.frees);
+    }
+}
+
+void mag_cache_counts(cache_t *cp, uint64_t *allocs, uint64_t *frees) {
+  lock_acquire(&mag_registry_lock);
+  *allocs = cp->exited_allocs;
+  *frees = cp->exited_frees;
+  if (cp->id < MAG_CACHE_SLOTS)
+    for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
+      cache_slot_t *slots = __atomic_load_n(&tc->slots, __ATOMIC_ACQUIRE);
+      if (!slots || __atomic_load_n(&slots[cp->id].cache, __ATOMIC_ACQUIRE) != cp) continue;
+      *allocs += STAT_READ(slots[cp->id].own.count.allocs);
+      *frees += STAT_READ(slots[cp->id].own.count.frees);
+    }
+  lock_release(&mag_registry_lock);
 }
 
 void mag_slots_unmap(tcache_t *tc) {

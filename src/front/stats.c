@@ -185,7 +185,9 @@ static void snap_cache(cache_t *cp, uint64_t kind, uint64_t index, uint64_t allo
 
 static void snap_object_cache(cache_t *cp, void *arg) {
   (void)arg;
-  if (SNAP->class_count < STATS_CLASS_ROWS) snap_cache(cp, 1, cp->id, 0, 0);
+  uint64_t allocs, frees;
+  mag_cache_counts(cp, &allocs, &frees);
+  if (SNAP->class_count < STATS_CLASS_ROWS) snap_cache(cp, 1, cp->id, allocs, frees);
 }
 
 /* The huge-page figures (hugepage.c), from /proc/self/smaps: read for every report, for the
