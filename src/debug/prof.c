@@ -133,7 +133,12 @@ static prof_block_t *prof_block_of(void *p, uintptr_t entry, const char *what) {
   return b;
 }
 
-uintptr_t prof_release(void *p, uintptr_t entry) {
+uintptr_t prof_large_entry(void *p, uintptr_t entry) {
+  return prof_block_of(p, entry, "invalid realloc")->large_entry;
+}
+
+/* Ends the record of sampled block p; returns its plain large entry. */
+static uintptr_t prof_end(void *p, uintptr_t entry) {
   prof_block_t *b = prof_block_of(p, entry, "invalid free");
   uintptr_t large = b->large_entry;
   lock_acquire(&prof_lock);
@@ -144,9 +149,18 @@ uintptr_t prof_release(void *p, uintptr_t entry) {
     prof_class_pages -= large_size(large);
   }
   lock_release(&prof_lock);
-  pagemap_set((uintptr_t)p, OS_PAGE, large);
   meta_free(&prof_block_pool, b);
   return large;
+}
+
+uintptr_t prof_release(void *p, uintptr_t entry) {
+  uintptr_t large = prof_end(p, entry);
+  pagemap_set((uintptr_t)p, OS_PAGE, large);
+  return large;
+}
+
+void prof_forget(void *p, uintptr_t entry) {
+  prof_end(p, entry);
 }
 
 void prof_free(void *p, uintptr_t entry) {

@@ -41,6 +41,10 @@ void *prof_adopt(void *p, size_t size, uint64_t points);
 void prof_free(void *p, uintptr_t entry);
 size_t prof_size(void *p, uintptr_t entry);
 uintptr_t prof_release(void *p, uintptr_t entry);
+/* realloc in place: the plain large entry of sampled block p, for the resize, and once the
+   resize is done (the page map already the new block's), the end of p's record. */
+uintptr_t prof_large_entry(void *p, uintptr_t entry);
+void prof_forget(void *p, uintptr_t entry);
 /* Statistics: moves the sampled blocks of small requests, which the large path served, from
    t's large counts to their classes'; *pages: the bytes the live ones hold in large blocks. */
 void prof_class_totals(mag_totals_t *t, uint64_t *pages);

@@ -233,11 +233,12 @@ MAGPIE_EXPORT void *magpie_realloc(void *p, size_t size) {
   if (size <= old && size >= old - old / 4) return p;
   size_t want = size > old && size - old < old / 4 ? old + old / 4 : size;
   if ((tag == PM_TAG_LARGE || tag == PM_TAG_PROFILED) && size > SC_SMALL_MAX) {
-    /* in place: a sampled block's record ends, and the result is a new allocation to the
+    /* in place: a sampled block's record ends once the resize is done (if it fails, the block
+       stays as it was, usable size included), and the result is a new allocation to the
        profiler's clock, as if moved */
-    if (tag == PM_TAG_PROFILED) e = prof_release(p, e);
-    void *q = large_resize(p, e, want);
+    void *q = large_resize(p, tag == PM_TAG_PROFILED ? prof_large_entry(p, e) : e, want);
     if (q) {
+      if (tag == PM_TAG_PROFILED) prof_forget(p, e);
       uint64_t points = opt.profile_rate ? prof_clock_tick(0, size) : 0;
       return points ? prof_adopt(q, size, points) : q;
     }

@@ -203,6 +203,27 @@ static void test_reallocarray(void) {
   }
 }
 
+/* A realloc that can be served neither in place nor elsewhere leaves the block as it was, its
+   usable size too: many blocks, so that under the heap profiler (profile16k in the option
+   matrix) sampled ones, which the large path serves, are among them. */
+static void test_failed_growth_keeps_blocks(void) {
+  enum { BLOCKS = 256 };
+  void *blocks[BLOCKS];
+  size_t usable[BLOCKS];
+  for (int i = 0; i < BLOCKS; i++) {
+    blocks[i] = malloc(opaque_size(6000));
+    REQUIRE(blocks[i] != NULL);
+    usable[i] = malloc_usable_size(blocks[i]);
+  }
+  for (int i = 0; i < BLOCKS; i++) {
+    errno = 0;
+    CHECK(realloc(blocks[i], opaque_size(SIZE_MAX / 4)) == NULL);
+    CHECK(errno == ENOMEM);
+    CHECK(malloc_usable_size(blocks[i]) == usable[i]);
+    free(blocks[i]);
+  }
+}
+
 int main(void) {
   api_begin("realloc");
   test_null_and_zero();
@@ -211,5 +232,6 @@ int main(void) {
   test_neighbours();
   test_aligned_blocks();
   test_reallocarray();
+  test_failed_growth_keeps_blocks();
   return api_end();
 }
