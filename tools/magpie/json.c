@@ -31,7 +31,9 @@ static int scan_take(scan_t *s, char c) {
   return 0;
 }
 
-int scan_string(scan_t *s, char *out, size_t cap) {
+/* Reads a string into out (truncated to cap-1 bytes; escapes other than \uXXXX decoded,
+ * \uXXXX kept as '?'), or only skips it when out is NULL. */
+static int scan_string(scan_t *s, char *out, size_t cap) {
   size_t o = 0;
   if (!scan_take(s, '"')) return scan_fail(s, "expected a string");
   while (s->p < s->end) {

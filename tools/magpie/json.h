@@ -24,9 +24,6 @@ void scan_ws(scan_t *s);
 int scan_u64(scan_t *s, uint64_t *out);
 /* Reads any JSON number (a record's times are fractions of seconds). */
 int scan_number(scan_t *s, double *out);
-/* Reads a string into out (truncated to cap-1 bytes; escapes other than \uXXXX decoded,
- * \uXXXX kept as '?'), or only skips it when out is NULL. */
-int scan_string(scan_t *s, char *out, size_t cap);
 /* Skips any value; depth is how deep it is nested, for the nesting limit. */
 int scan_skip_value(scan_t *s, int depth);
 

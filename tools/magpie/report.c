@@ -182,6 +182,5 @@ void report_stats(const run_result_t *r, const char *stats_dir, int json) {
   else
     report_text(r, text, missing);
   fflush(stderr);
-  free(st.classes);
   free(text);
 }
