@@ -68,14 +68,21 @@ void mag_cache_free(cache_t *cp, void *obj) {
   mag_slot_push(cp, mag_slot_of(mag_self(), cp), obj);
 }
 
+/* Thread tc's slot of cp, from another thread (mag_registry_lock held), or NULL: it has none. */
+static cache_slot_t *mag_slot_seen(tcache_t *tc, cache_t *cp) {
+  cache_slot_t *slots = __atomic_load_n(&tc->slots, __ATOMIC_ACQUIRE);
+  if (!slots || __atomic_load_n(&slots[cp->id].cache, __ATOMIC_ACQUIRE) != cp) return NULL;
+  return &slots[cp->id];
+}
+
 void mag_cache_drain(cache_t *cp) {
   if (cp->id >= MAG_CACHE_SLOTS) return;
   lock_acquire(&mag_registry_lock);
   for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
-    cache_slot_t *slots = __atomic_load_n(&tc->slots, __ATOMIC_ACQUIRE);
-    if (slots && slots[cp->id].cache == cp) {
-      mag_pair_to_depot(cp, &slots[cp->id].own.mags);
-      __atomic_store_n(&slots[cp->id].cache, NULL, __ATOMIC_RELAXED);
+    cache_slot_t *s = mag_slot_seen(tc, cp);
+    if (s) {
+      mag_pair_to_depot(cp, &s->own.mags);
+      __atomic_store_n(&s->cache, NULL, __ATOMIC_RELAXED);
     }
   }
   lock_release(&mag_registry_lock);
@@ -98,10 +105,10 @@ void mag_cache_counts(cache_t *cp, uint64_t *allocs, uint64_t *frees) {
   *frees = cp->exited_frees;
   if (cp->id < MAG_CACHE_SLOTS)
     for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
-      cache_slot_t *slots = __atomic_load_n(&tc->slots, __ATOMIC_ACQUIRE);
-      if (!slots || __atomic_load_n(&slots[cp->id].cache, __ATOMIC_ACQUIRE) != cp) continue;
-      *allocs += STAT_READ(slots[cp->id].own.count.allocs);
-      *frees += STAT_READ(slots[cp->id].own.count.frees);
+      cache_slot_t *s = mag_slot_seen(tc, cp);
+      if (!s) continue;
+      *allocs += STAT_READ(s->own.count.allocs);
+      *frees += STAT_READ(s->own.count.frees);
     }
   lock_release(&mag_registry_lock);
 }
