@@ -1,6 +1,6 @@
 /*
  * hugepage: the slab arena, which hands out slab spans from whole 2 MiB huge pages, and how
- * those huge pages are backed and given back (issue 14).
+ * those huge pages are backed and given back.
  *
  * Theory
  *   1. Slabs of objects of up to HP_OBJECT_MAX bytes come from slab_arena, a page-quantum arena

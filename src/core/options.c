@@ -31,7 +31,7 @@ options_t opt = {
     .percpu = 1,
     .hugepages = OPT_HUGE_AUTO,
     .hugepages_min = 64u << 20, /* smaller slab heaps stay on 4 KiB pages (hugepage.c) */
-    .profile_rate = 512u << 10, /* a sample per 512 KiB: well under 1% of time (profiling.md) */
+    .profile_rate = 512u << 10, /* a sample per 512 KiB (its cost: docs/profiling.md) */
 };
 
 typedef enum { OPT_SIZE, OPT_STATS_WORD, OPT_PATH, OPT_HUGE_WORD } opt_kind_t;
