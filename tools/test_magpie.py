@@ -354,6 +354,31 @@ time.sleep(20)
         p.wait()
 
 
+def test_stats_unfinished():
+    """A reader that comes while the area is being made (created, then sized, then written) waits
+    for it: the fake publisher takes 0.4 s over each step and writes a layout the tool refuses,
+    which the tool can only name once it waited through the empty and the zeroed file."""
+    fake = r"""
+import os, struct, sys, time
+fd = os.memfd_create("magpie-live-stats")
+print("ready", flush=True)
+time.sleep(0.4)
+os.ftruncate(fd, 4096)
+time.sleep(0.4)
+os.pwrite(fd, struct.pack("<QII", 0x545345495047414d, 99, 0), 0)
+time.sleep(20)
+"""
+    p = subprocess.Popen([sys.executable, "-c", fake], stdout=subprocess.PIPE, text=True,
+                         env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})
+    try:
+        check(p.stdout.readline().strip() == "ready", "the fake area is up")
+        r = magpie("stats", str(p.pid), expect=125)
+        check("layout 99.0" in r.stderr, "waited for the area to be written", r)
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_stats_no_magpie():
     p = subprocess.Popen(["sleep", "20"], env={k: v for k, v in os.environ.items()
                                                 if k != "LD_PRELOAD"})

@@ -56,7 +56,21 @@ static int find_area(pid_t pid, int *saw_fds) {
   return fd;
 }
 
-int live_open(pid_t pid, live_t **out, char *why, size_t cap) {
+/* The publisher makes the area in three steps (create the memfd, size it, write the first
+   snapshot), and the memfd shows in /proc/PID/fd from the first: a reader that comes between
+   them sees an empty file, or a zeroed one without the magic. It waits for the steps to finish
+   (LIVE_FIRST_WAIT_MS at most) before calling the area bad. */
+#define LIVE_FIRST_WAIT_MS 2000
+
+/* Whether the area mapped at p of size bytes is still being made: sized but never written. */
+static int area_unwritten(const void *p) {
+  const magpie_area_t *h = p;
+  return __atomic_load_n(&h->seq, __ATOMIC_ACQUIRE) == 0 && h->magic == 0;
+}
+
+/* One try at opening pid's area; *unfinished is set when the publisher has not finished making
+   it (live_open tries again). */
+static int live_open_once(pid_t pid, live_t **out, char *why, size_t cap, int *unfinished) {
   int saw_fds = 0;
   errno = 0;
   int fd = find_area(pid, &saw_fds);
@@ -73,8 +87,10 @@ int live_open(pid_t pid, live_t **out, char *why, size_t cap) {
     return LIVE_NO_AREA;
   }
   struct stat st;
-  if (fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof(magpie_area_t) ||
+  int stat_ok = fstat(fd, &st) == 0;
+  if (!stat_ok || (size_t)st.st_size < sizeof(magpie_area_t) ||
       (size_t)st.st_size > LIVE_AREA_MAX) {
+    *unfinished = stat_ok && st.st_size == 0; /* created, not sized yet */
     close(fd);
     snprintf(why, cap, "process %d: the statistics area has a bad size", (int)pid);
     return LIVE_BAD_AREA;
@@ -96,6 +112,7 @@ int live_open(pid_t pid, live_t **out, char *why, size_t cap) {
   l->copy = copy;
   const magpie_area_t *h = p;
   if (h->magic != MAGPIE_AREA_MAGIC) {
+    *unfinished = area_unwritten(p);
     live_close(l);
     snprintf(why, cap, "process %d: the area is not a magpie statistics area", (int)pid);
     return LIVE_BAD_AREA;
@@ -110,6 +127,16 @@ int live_open(pid_t pid, live_t **out, char *why, size_t cap) {
   }
   *out = l;
   return LIVE_OK;
+}
+
+int live_open(pid_t pid, live_t **out, char *why, size_t cap) {
+  for (int waited_ms = 0;; waited_ms += 10) {
+    int unfinished = 0;
+    int rc = live_open_once(pid, out, why, cap, &unfinished);
+    if (!unfinished || waited_ms >= LIVE_FIRST_WAIT_MS) return rc;
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
 }
 
 /* Copies count rows of have bytes each at offset off of the copy into rows of want bytes. */
