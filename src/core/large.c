@@ -98,10 +98,14 @@ void large_free(void *p, uintptr_t entry) {
 
 void *large_resize(void *p, uintptr_t entry, size_t size) {
   size_t old = large_size(entry), bytes = (size + OS_PAGE - 1) & ~(OS_PAGE - 1);
-  void *q = size > LARGE_MAX ? NULL : vmem_resize(&heap_arena, p, old, bytes);
+  if (size > LARGE_MAX) return NULL;
+  /* A move frees p's range at once, for another thread to map (a slab may start there): its
+     entry goes first, and comes back if the block stays. */
+  uintptr_t was = pagemap_get((uintptr_t)p);
+  pagemap_set((uintptr_t)p, OS_PAGE, 0);
+  void *q = vmem_resize(&heap_arena, p, old, bytes);
+  pagemap_set((uintptr_t)(q ? q : p), OS_PAGE, q ? large_entry(bytes) : was);
   if (!q) return NULL;
-  if (q != p) pagemap_set((uintptr_t)p, OS_PAGE, 0);
-  pagemap_set((uintptr_t)q, OS_PAGE, large_entry(bytes));
   large_account(old, -1);
   large_account(bytes, 1);
   return q;
