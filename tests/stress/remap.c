@@ -37,8 +37,8 @@ static void *grower(void *arg) {
   uint32_t tid = (uint32_t)(uintptr_t)arg;
   stress_block_t b = {0};
   for (long r = 0; r < nrounds; r++) {
-    stress_block_new(&b, magpie_malloc((size_t)1 << 20), (size_t)1 << 20, seed + r, "malloc",
-                     tid, 0, TEST);
+    stress_block_new(&b, magpie_malloc((size_t)1 << 20), (size_t)1 << 20, seed + r, "malloc", tid,
+                     0, TEST);
     for (size_t size = (size_t)2 << 20; size <= (size_t)top_mib << 20; size *= 2)
       stress_block_realloc(&b, size, seed + r, tid, TEST);
     stress_block_free(&b, TEST);
