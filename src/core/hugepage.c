@@ -42,6 +42,10 @@
  *      (the program went quiet, or retain=0), nor for malloc_trim: then all goes back, as it
  *      does on 4 KiB pages. A subreleased huge page is marked MADV_NOHUGEPAGE, or khugepaged
  *      would fill its holes and make it whole again. hugetlb pages are never subreleased.
+ *   5. Slabs give back pages inside themselves too, when the reap keeps nothing (slab.c theory
+ *      6): the huge page they lie on counts those bytes as hollow, is subreleased as in theory 4,
+ *      and is dense for theory 3 only by its slabs' bytes less the hollow ones, so a collapse
+ *      does not fault back in what the slabs gave back.
  *   Locks: the slab arena's lock comes after the slab locks and before the heap arena's (an
  *   import runs under it); fork.c lists it. The demand history is written under it.
  */
@@ -107,16 +111,32 @@ static void hp_release(void *source, void *addr, size_t size) {
   vmem_free(&heap_arena, addr, size);
 }
 
-/* A purge inside a slab huge page: a subrelease when the page is not wholly free. */
-static void hp_purge(void *source, vmem_seg_t *span, void *addr, size_t size) {
-  (void)source;
-  os_purge(addr, size);
-  if (size == span->size) return;
+/* Counts a subrelease of span (slab arena lock held), which is then kept on 4 KiB pages. */
+static void hp_subreleased(vmem_seg_t *span) {
   __atomic_add_fetch(&hp.subreleases, 1, __ATOMIC_RELAXED);
   if (span->backing == HP_HUGE) {
     os_advise_huge((void *)span->start, span->size, false);
     span->backing = HP_SUBRELEASED;
   }
+}
+
+/* A purge inside a slab huge page: a subrelease when the page is not wholly free. */
+static void hp_purge(void *source, vmem_seg_t *span, void *addr, size_t size) {
+  (void)source;
+  os_purge(addr, size);
+  if (size != span->size) hp_subreleased(span);
+}
+
+bool hugepage_slab_hollow(const void *slab, ptrdiff_t bytes) {
+  if (hp.mode == OPT_HUGE_HUGETLB) return false;
+  lock_acquire(&slab_arena.lock);
+  vmem_seg_t *span = vmem_span_of(&slab_arena, slab);
+  if (span) {
+    span->hollow += (size_t)bytes;
+    if (bytes > 0) hp_subreleased(span);
+  }
+  lock_release(&slab_arena.lock);
+  return true;
 }
 
 void hugepage_init(void) {
@@ -178,7 +198,8 @@ size_t hugepage_reap(size_t keep_dirty, bool everything) {
 
 static bool hp_collapsible(const vmem_seg_t *span, void *arg) {
   (void)arg;
-  return span->backing != HP_HUGE && span->used >= span->size - (span->size >> HP_DENSE_SHIFT);
+  return span->backing != HP_HUGE &&
+         span->used - span->hollow >= span->size - (span->size >> HP_DENSE_SHIFT);
 }
 
 void hugepage_tick(void) {
@@ -250,6 +271,7 @@ void hugepage_stats(hugepage_stats_t *out) {
   out->slab_bytes = slab_arena.imported;
   lock_release(&slab_arena.lock);
   out->partial_free_bytes = o.partial_free;
+  out->slab_hollow_bytes = __atomic_load_n(&slab_hollow_bytes, __ATOMIC_RELAXED);
   out->collapses = __atomic_load_n(&hp.collapses, __ATOMIC_RELAXED);
   out->collapse_failures = __atomic_load_n(&hp.collapse_failures, __ATOMIC_RELAXED);
   out->subreleases = __atomic_load_n(&hp.subreleases, __ATOMIC_RELAXED);

@@ -21,6 +21,7 @@ typedef struct hugepage_stats {
   uint64_t huge_bytes;         /* bytes of magpie's heap on huge pages (smaps) */
   uint64_t slab_bytes;         /* bytes the slab arena holds */
   uint64_t partial_free_bytes; /* free bytes inside partly used slab huge pages */
+  uint64_t slab_hollow_bytes;  /* bytes given back inside slabs (slab.c theory 6), any arena */
   uint64_t collapses, collapse_failures, subreleases;
 } hugepage_stats_t;
 
@@ -37,6 +38,10 @@ static inline vmem_t *hugepage_arena(size_t object_size) {
 /* The reap of the heap and slab arenas (caches.c theory 3): whole free huge pages first, then
    pages inside partly used ones, as theory 4 says; returns the bytes given back. */
 size_t hugepage_reap(size_t keep_dirty, bool everything);
+/* Records that bytes of the slab at slab (from the slab arena) go back to the kernel inside it
+   (negative: came back into use); a huge page it lies on is subreleased first (theory 5).
+   false: they may not (hugetlb pages), nothing recorded. */
+bool hugepage_slab_hollow(const void *slab, ptrdiff_t bytes);
 void hugepage_tick(void);                   /* the reaper thread's collapses, after each reap */
 void hugepage_stats(hugepage_stats_t *out); /* reads /proc/self/smaps */
 

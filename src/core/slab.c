@@ -27,17 +27,31 @@
  *   5. A slab whose objects have all come back is freed at once: the span goes to the arena,
  *      which decides when pages go back to the kernel. Partial slabs are served first-listed
  *      first, so the slabs that fill last are the ones that empty.
+ *   6. Giving back pages inside a slab: when a reap keeps nothing (the program went quiet,
+ *      retain=0, malloc_trim), each slab's chunks (a page, or span/64 for bigger spans) in its
+ *      carved part on which every object is free go back to the kernel and read as zero: a
+ *      heap that shrank leaves survivors in most slabs, yet most pages hold none. The free
+ *      marker (fastpath.h) of their objects goes with them, so such a "hollow" chunk is taken
+ *      back into use before any object on it leaves the slab: it must still read as zero (else
+ *      a freed block was written: a double free or a use after free, reported), and its free
+ *      objects get their markers back. Until then a double free of one of them is caught when
+ *      it comes back here (its bit is set), or when its chunk is taken back. The caller keeps
+ *      this away from object caches (constructed objects) and debug and memcheck modes, which
+ *      keep their own records in free blocks.
  *   Lock order: fork.c's list (slab_lock, then the slab and heap arenas' locks, then metadata
  *   pools).
  */
 #include "slab.h"
 #include "hugepage.h"
+#include "mag.h"
 #include "san_hooks.h"
 #include "meta.h"
+#include "os.h"
 #include "pagemap.h"
 #include "report.h"
 
 vmem_t heap_arena;
+size_t slab_hollow_bytes;
 
 /* Descriptors with bitmaps for up to 576, 1600 and SLAB_OBJECTS_MAX objects. */
 #define SLAB_POOLS 3
@@ -107,8 +121,18 @@ static slab_t *slab_create(cache_t *cp) {
   return s;
 }
 
+/* Bytes of a chunk (theory 6): at most 64 chunks a span. */
+static size_t slab_chunk(const cache_t *cp) {
+  return cp->span > 64 * OS_PAGE ? cp->span / 64 : OS_PAGE;
+}
+
 static void slab_destroy(cache_t *cp, slab_t *s) {
   if (s->listed) slab_unlist(cp, s);
+  size_t hollow = (size_t)__builtin_popcountll(s->hollow) * slab_chunk(cp);
+  if (hollow) {
+    __atomic_sub_fetch(&slab_hollow_bytes, hollow, __ATOMIC_RELAXED);
+    if (!s->from_heap) hugepage_slab_hollow((void *)s->base, -(ptrdiff_t)hollow);
+  }
   pagemap_set(s->base, cp->span, 0);
   vmem_free(slab_arena_of(s), (void *)s->base, cp->span);
   meta_free(slab_pool(cp), s);
@@ -142,10 +166,39 @@ static void slab_return(cache_t *cp, void **objs, unsigned n) {
   lock_release(&cp->slab_lock);
 }
 
+/* Takes the hollow chunks under the object at obj back into use (theory 6): each must read as
+   zero; its free objects get their markers back. slab_lock held (a report lets go of it). */
+static void slab_unhollow(cache_t *cp, slab_t *s, uintptr_t obj) {
+  size_t chunk = slab_chunk(cp), size = cp->size;
+  for (uintptr_t i = (obj - s->base) / chunk; i <= (obj - s->base + size - 1) / chunk; i++) {
+    if (!(s->hollow >> i & 1)) continue;
+    uintptr_t start = s->base + i * chunk;
+    for (const uint64_t *w = (const uint64_t *)start; w < (const uint64_t *)(start + chunk); w++)
+      if (*w) {
+        lock_release(&cp->slab_lock);
+        report_heap_error("write after free",
+                          (void *)(s->base + ((uintptr_t)w - s->base) / size * size),
+                          "a freed block was written after magpie gave its page back to the "
+                          "kernel (a double free, or a use after free)");
+      }
+    uint32_t last = (uint32_t)((start - s->base + chunk - 1) / size); /* objects starting here */
+    for (uint32_t k = (uint32_t)((start - s->base + size - 1) / size); k <= last && k < s->carved;
+         k++)
+      if (s->map[k / 64] >> k % 64 & 1) {
+        uintptr_t a = s->base + k * size;
+        *(uintptr_t *)a = a ^ mag_secret; /* the free marker (mag.h) */
+      }
+    s->hollow &= ~((uint64_t)1 << i);
+    __atomic_sub_fetch(&slab_hollow_bytes, chunk, __ATOMIC_RELAXED);
+    if (!s->from_heap) hugepage_slab_hollow((void *)s->base, -(ptrdiff_t)chunk);
+  }
+}
+
 /* Moves up to n - got objects of s to out[got...]: returned ones first (lowest address
    first), or never-used ones first when fresh; returns the new count. */
 static unsigned slab_take(cache_t *cp, slab_t *s, void **out, unsigned got, unsigned n,
                           bool fresh) {
+  unsigned from = got;
   for (int pass = 0; pass < 2; pass++, fresh = !fresh)
     if (fresh)
       while (got < n && s->carved < cp->per_slab)
@@ -162,6 +215,9 @@ static unsigned slab_take(cache_t *cp, slab_t *s, void **out, unsigned got, unsi
         s->nfree--;
         out[got++] = (void *)(s->base + (uintptr_t)k * cp->size);
       }
+  if (s->hollow)
+    for (unsigned i = from; i < got; i++)
+      slab_unhollow(cp, s, (uintptr_t)out[i]);
   return got;
 }
 
@@ -200,6 +256,53 @@ void slab_free(cache_t *cp, void **objs, unsigned n) {
   slab_return(cp, objs, n);
 }
 
+/* Whether objects first..last of s are all free. */
+static bool slab_all_free(const slab_t *s, uint32_t first, uint32_t last) {
+  for (uint32_t w = first / 64; w <= last / 64; w++) {
+    uint64_t mask = ~(uint64_t)0;
+    if (w == first / 64) mask &= ~(uint64_t)0 << first % 64;
+    if (w == last / 64) mask &= ~(uint64_t)0 >> (63 - last % 64);
+    if ((s->map[w] & mask) != mask) return false;
+  }
+  return true;
+}
+
+/* Whether chunk i of s starts in its carved part and every carved object on it is free. */
+static bool slab_chunk_free(const cache_t *cp, const slab_t *s, size_t chunk, uint32_t i) {
+  size_t lo = (size_t)i * chunk;
+  if (lo >= (size_t)s->carved * cp->size) return false;
+  uint32_t last = (uint32_t)((lo + chunk - 1) / cp->size);
+  return slab_all_free(s, (uint32_t)(lo / cp->size), last < s->carved ? last : s->carved - 1);
+}
+
+size_t slab_give_back(cache_t *cp) {
+  size_t chunk = slab_chunk(cp), given = 0;
+  uint32_t chunks = (uint32_t)(cp->span / chunk);
+  lock_acquire(&cp->slab_lock);
+  slab_t *s = cp->partial;
+  do {
+    if (!s) break;
+    uint64_t more = 0;
+    for (uint32_t i = 0; i < chunks; i++)
+      if (!(s->hollow >> i & 1) && slab_chunk_free(cp, s, chunk, i)) more |= (uint64_t)1 << i;
+    size_t bytes = (size_t)__builtin_popcountll(more) * chunk;
+    if (more && (s->from_heap || hugepage_slab_hollow((void *)s->base, (ptrdiff_t)bytes))) {
+      for (uint32_t i = 0, j; i < chunks; i = j + 1) { /* each run of chunks in one call */
+        j = i;
+        while (j < chunks && more >> j & 1)
+          j++;
+        if (j > i) os_purge((void *)(s->base + (uintptr_t)i * chunk), (j - i) * chunk);
+      }
+      s->hollow |= more;
+      given += bytes;
+      __atomic_add_fetch(&slab_hollow_bytes, bytes, __ATOMIC_RELAXED);
+    }
+    s = s->next;
+  } while (s != cp->partial);
+  lock_release(&cp->slab_lock);
+  return given;
+}
+
 void slab_check(cache_t *cp) {
   lock_acquire(&cp->slab_lock);
   size_t listed = 0;
@@ -219,6 +322,9 @@ void slab_check(cache_t *cp) {
     if (s->used + free_count != s->carved || free_count != s->nfree || s->carved > cp->per_slab ||
         !s->listed || s->base & (cp->span - 1) || s->next->prev != s)
       report_fatal("slab: descriptor accounting broken", (void *)s->base, s->used);
+    for (uint32_t i = 0; i < 64; i++)
+      if (s->hollow >> i & 1 && !slab_chunk_free(cp, s, slab_chunk(cp), i))
+        report_fatal("slab: a hollow chunk holds an object in use", (void *)s->base, i);
     if (pagemap_get(s->base + cp->span - 1) != ((uintptr_t)s | cp->tag))
       report_fatal("slab: page map does not point at the slab", (void *)s->base, 0);
     listed++;

@@ -18,10 +18,12 @@ struct slab {
   uint32_t scan;   /* map words below this one hold no set bit */
   bool listed;     /* on cache->partial */
   bool from_heap;  /* its span came from the heap arena, not the slab arena (slab.c theory 1) */
+  uint64_t hollow; /* bit i set: chunk i's pages went back to the kernel (slab.c theory 6) */
   uint64_t map[];  /* bit i set: object i (< carved) came back and is free */
 };
 
-extern vmem_t heap_arena; /* where large blocks and the slab arena's huge pages come from */
+extern vmem_t heap_arena;        /* where large blocks and the slab arena's huge pages come from */
+extern size_t slab_hollow_bytes; /* bytes of slabs given back inside them now (atomic) */
 
 /* Hands out up to n constructed objects; returns how many (0: out of memory or ctor failed).
    run: never-used objects in address order where the first partial slab has n of them. */
@@ -37,6 +39,9 @@ static inline slab_t *slab_of(const cache_t *cp, const void *obj) {
   uint64_t off = (uintptr_t)obj - s->base;
   return s->cache == cp && off * cp->div_magic <= cp->div_magic - 1 ? s : NULL;
 }
+/* Gives back to the kernel the pages of cp's slabs on which every object is free (theory 6);
+   only for malloc's classes, outside debug and memcheck mode. Returns the bytes. */
+size_t slab_give_back(cache_t *cp);
 void slab_check(cache_t *cp); /* aborts with a report if an invariant is broken */
 
 #endif

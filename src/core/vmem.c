@@ -271,7 +271,7 @@ static bool vmem_import(vmem_t *vm, size_t size, size_t align, bool own) {
   marker->start = seg->start = (uintptr_t)mem;
   marker->size = seg->size = span;
   marker->type = VMEM_SPAN;
-  marker->used = 0;
+  marker->used = marker->hollow = 0;
   marker->backing = vm->backing;
   marker->busy = 0;
   seg->clean = clean;
@@ -503,7 +503,7 @@ void vmem_check(vmem_t *vm) {
       if (s->type == VMEM_ALLOC) span_used += s->size;
     }
     if (s->anext->type == VMEM_SPAN || s->anext == &vm->segs) {
-      if (span_used != marker->used)
+      if (span_used != marker->used || marker->hollow > span_used)
         report_fatal("vmem: a span's bytes in use disagree with its segments", marker, span_used);
       in_use += span_used;
     }
@@ -552,6 +552,11 @@ void vmem_span_done(vmem_t *vm, vmem_seg_t *span, uint8_t backing) {
     span_release(vm, first);
   }
   lock_release(&vm->lock);
+}
+
+vmem_seg_t *vmem_span_of(vmem_t *vm, const void *addr) {
+  vmem_seg_t *s = hash_find(vm, (uintptr_t)addr);
+  return s ? s->span : NULL;
 }
 
 void vmem_spans_each(vmem_t *vm, void (*fn)(const vmem_seg_t *span, void *arg), void *arg) {

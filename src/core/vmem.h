@@ -29,10 +29,11 @@ struct vmem_seg {
   vmem_seg_t *lnext, *lprev; /* FREE: its free list; ALLOC: its hash chain (lnext only) */
   vmem_seg_t *span;          /* FREE, ALLOC: the marker of the span it lies in */
   size_t used;               /* SPAN: bytes of the span in ALLOC segments */
-  uint8_t type;              /* VMEM_SPAN (import marker), VMEM_FREE or VMEM_ALLOC */
-  uint8_t clean;             /* FREE, ALLOC: no byte written since mapped or purged */
-  uint8_t backing;           /* SPAN: the owner's record of how its pages are backed */
-  uint8_t busy;              /* SPAN: the owner works on it unlocked; it is not released */
+  size_t hollow;   /* SPAN: bytes of its ALLOC segments the owner gave back (its record) */
+  uint8_t type;    /* VMEM_SPAN (import marker), VMEM_FREE or VMEM_ALLOC */
+  uint8_t clean;   /* FREE, ALLOC: no byte written since mapped or purged */
+  uint8_t backing; /* SPAN: the owner's record of how its pages are backed */
+  uint8_t busy;    /* SPAN: the owner works on it unlocked; it is not released */
 };
 
 typedef struct vmem {
@@ -79,6 +80,8 @@ void vmem_check(vmem_t *vm); /* aborts with a report if an invariant is broken *
 typedef bool vmem_pick_t(const vmem_seg_t *span, void *arg);
 size_t vmem_spans_take(vmem_t *vm, vmem_pick_t *pick, void *arg, vmem_seg_t **out, size_t max);
 void vmem_span_done(vmem_t *vm, vmem_seg_t *span, uint8_t backing);
+/* The marker of the span holding allocation addr, or NULL; vm->lock held. */
+vmem_seg_t *vmem_span_of(vmem_t *vm, const void *addr);
 /* Calls fn on every span, under the arena's lock (fn must not call into the arena). */
 void vmem_spans_each(vmem_t *vm, void (*fn)(const vmem_seg_t *span, void *arg), void *arg);
 

@@ -24,6 +24,7 @@
  *   Lock order: the one list in fork.c.
  */
 #include "caches.h"
+#include "debug.h"
 #include "depot.h"
 #include "export.h"
 #include "hugepage.h"
@@ -67,16 +68,21 @@ void cache_init(void) {
   }
 }
 
-/* Returns unneeded magazines (all of them when everything) and purges down to keep_dirty. */
+/* Returns unneeded magazines (all of them when everything) and purges down to keep_dirty;
+   a reap that keeps nothing gives back the free pages inside malloc's slabs too (slab.c theory
+   6), but not in debug or memcheck mode, which keep records in free blocks. */
 static size_t cache_reap(bool everything, size_t keep_dirty) {
   mag_reclaim_idle();
-  for (unsigned c = 1; c <= SC_COUNT; c++)
+  size_t given = 0;
+  for (unsigned c = 1; c <= SC_COUNT; c++) {
     depot_reap(&malloc_caches[c], everything);
+    if (keep_dirty == 0 && !debug_on && !memcheck_on) given += slab_give_back(&malloc_caches[c]);
+  }
   lock_acquire(&cache_list_lock);
   for (cache_t *cp = cache_list; cp; cp = cp->next)
     depot_reap(cp, everything);
   lock_release(&cache_list_lock);
-  return hugepage_reap(keep_dirty, everything);
+  return given + hugepage_reap(keep_dirty, everything);
 }
 
 /* Reaps every reap_ms and publishes the live statistics every publish_ms (stats.c), waking for

@@ -431,6 +431,7 @@ static void stats_write_json(report_buf_t *b) {
   json_field(b, "huge_bytes", h->huge_bytes);
   json_field(b, "slab_bytes", h->slab_bytes);
   json_field(b, "partial_free_bytes", h->partial_free_bytes);
+  json_field(b, "slab_hollow_bytes", h->slab_hollow_bytes);
   json_field(b, "collapses", h->collapses);
   json_field(b, "collapse_failures", h->collapse_failures);
   json_field(b, "subreleases", h->subreleases);
@@ -525,7 +526,9 @@ static void stats_write_text(report_buf_t *b) {
   report_count_width(b, h->collapses, 0);
   report_str(b, " collapses, ");
   report_count_width(b, h->subreleases, 0);
-  report_str(b, " subreleases)\n");
+  report_str(b, " subreleases; ");
+  report_bytes_width(b, h->slab_hollow_bytes, 0);
+  report_str(b, " given back inside slabs)\n");
   uint32_t top[STATS_TOP_ROWS];
   unsigned used, n = text_top(a->class_count, class_allocs, top, &used);
   if (n) {

@@ -7,10 +7,17 @@
  *   free-stack      free of a stack address
  *   free-global     free of a global array
  *   free-interior   free(p + 8), p = malloc(64)
+ *   hollow-double-free
+ *                   free(p) again after malloc_trim gave p's page back (p one of 4096 freed
+ *                   blocks of 64 bytes), then more blocks of its size
+ *   hollow-write    a write to p instead of the free: reported when the slab takes p's page
+ *                   back into use
  *
  * Reaching the end means the misuse went unnoticed: exit status 3.
  */
 #include "check.h"
+
+#include <malloc.h>
 
 #define UNNOTICED_STATUS 3
 
@@ -21,9 +28,43 @@ static void announce(const char *kind, const void *addr) {
   fflush(stdout);
 }
 
+/* Frees (or writes) a block whose page magpie gave back inside its slab, then uses the heap
+   on. */
+static void hollow_misuse(const char *kind, int write) {
+  enum { N = 4096, SIZE = 64, PAGE = 4096 };
+  static char *blocks[N];
+  for (int i = 0; i < N; i++) {
+    blocks[i] = malloc(opaque_size(SIZE));
+    if (blocks[i] == NULL) exit(2);
+    memset(blocks[i], 1, SIZE);
+  }
+  for (int i = 0; i < N; i++)
+    if (i % 512) free(blocks[i]);
+  /* stale: a freed block on a page that holds PAGE / SIZE of the freed blocks, so nothing else */
+  char *stale = NULL;
+  for (int i = 1; i < N && !stale; i++) {
+    int same = 0;
+    for (int j = 0; j < N; j++)
+      same += j % 512 && (uintptr_t)blocks[j] / PAGE == (uintptr_t)blocks[i] / PAGE;
+    if (i % 512 && same == PAGE / SIZE) stale = blocks[i];
+  }
+  if (!stale) exit(2);
+  malloc_trim(0);
+  announce(kind, stale);
+  if (write)
+    memset(opaque_ptr(stale), 3, SIZE);
+  else
+    free(opaque_ptr(stale));
+  for (int i = 0; i < N; i++)
+    memset(malloc(opaque_size(SIZE)), 2, SIZE);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: %s double-free|free-stack|free-global|free-interior\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s "
+            "double-free|free-stack|free-global|free-interior|hollow-double-free|hollow-write\n",
+            argv[0]);
     return 2;
   }
   const char *kind = argv[1];
@@ -60,6 +101,8 @@ int main(int argc, char **argv) {
     void *interior = opaque_ptr(p + 8);
     announce(kind, interior);
     free(interior);
+  } else if (strncmp(kind, "hollow-", 7) == 0) {
+    hollow_misuse(kind, strcmp(kind, "hollow-write") == 0);
   } else {
     fprintf(stderr, "misuse: unknown kind %s\n", kind);
     return 2;
