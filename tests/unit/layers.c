@@ -14,7 +14,9 @@
  *   - a reaper looking again and again takes magazines from threads in the middle of their
  *     fast paths: no block is handed out twice, none is lost;
  *   - returned objects come back out of their slab lowest address first, and one returned twice
- *     is reported as a double free.
+ *     is reported as a double free;
+ *   - the free pages inside a slab go back (slab_give_back), read as zero, are counted hollow
+ *     in the slab's huge page, and come back into use with their free objects marked again.
  * Malloc's magazines are per thread here (percpu=0); tests/unit/percpu.c tests the per-CPU ones.
  */
 #include "cache.h"
@@ -227,6 +229,54 @@ static int slab_double_return(cache_t *cp, void *obj, char *report, size_t cap) 
   int status;
   UCHECK(waitpid(pid, &status, 0) == pid);
   return status;
+}
+
+/* Gives back the free pages of cp's slabs with one object in 256 kept, checks what the slab
+   and huge-page layers record, then takes every object out again and back. */
+static void give_back_one(cache_t *cp) {
+  enum { N = 2048 };
+  static void *o[N];
+  magpie_trim();
+  unsigned got = 0;
+  while (got < N) {
+    unsigned n = slab_alloc(cp, o + got, N - got, false);
+    UCHECK(n > 0);
+    got += n;
+  }
+  for (unsigned i = 0; i < N; i++)
+    memset(o[i], 0x5a, cp->size);
+  for (unsigned i = 0; i < N; i++)
+    if (i % 256) slab_free(cp, &o[i], 1);
+  size_t before = slab_hollow_bytes, given = slab_give_back(cp);
+  /* the slabs of the N / 256 survivors stay, the others went back whole: half of the kept
+     slabs' bytes at least is given back */
+  size_t kept =
+      (size_t)N * cp->size < N / 256 * cp->span ? (size_t)N * cp->size : N / 256 * cp->span;
+  UCHECK(given >= kept / 2 && slab_hollow_bytes == before + given);
+  UCHECK(slab_give_back(cp) == 0); /* nothing more: hollow chunks are not given twice */
+  slab_check(cp);
+  vmem_check(&slab_arena);
+  vmem_check(&heap_arena);
+  size_t zero_words = 0, words = 0; /* freed objects' words in kept slabs: zero when hollow */
+  for (unsigned i = 0; i < N; i++)
+    if (i % 256 && slab_of(cp, o[i]))
+      for (size_t w = 0; w < cp->size / 8; w++, words++)
+        zero_words += ((uint64_t *)o[i])[w] == 0;
+  UCHECK(zero_words * 2 >= words);
+  for (unsigned i = 0; i < N; i += 256)
+    UCHECK(((unsigned char *)o[i])[cp->size - 1] == 0x5a); /* survivors untouched */
+  got = 0;
+  for (unsigned i = 0; i < N; i++)
+    if (i % 256) {
+      UCHECK(slab_alloc(cp, &o[i], 1, false) == 1);
+      memset(o[i], 0x33, cp->size);
+    }
+  UCHECK(slab_hollow_bytes == before); /* every hollow chunk is back in use */
+  slab_check(cp);
+  vmem_check(&slab_arena);
+  slab_free(cp, o, N);
+  magpie_trim();
+  UCHECK(slab_hollow_bytes == before);
 }
 
 /* Constructors and destructors that allocate: a thread's first object from such a cache runs
@@ -483,6 +533,12 @@ int main(int argc, char **argv) {
     UCHECK(pthread_join(rw[i], NULL) == 0);
   magpie_trim();
   UCHECK(unit_total_slabs() == 0);
+
+  /* 13. pages given back inside slabs, for a class on 4 KiB chunks (the slab arena) and one of
+     spans over 256 KiB (the heap arena, chunks of span/64) */
+  static const size_t hollow_sizes[] = {64, 40000};
+  for (size_t k = 0; k < 2; k++)
+    give_back_one(&malloc_caches[sc_of(hollow_sizes[k])]);
 
   printf("layers: ok (%d objects constructed and destructed, %lu looks of the reaper)\n",
          ctor_calls, looks);
