@@ -439,6 +439,9 @@ def test_counters():
     check(c["slab_objects_out"] >= 500 and c["slab_objects"] >= c["slab_objects_out"]
           and c["slabs"] >= 1 and c["misses"] >= 1 and c["mag_rounds"] >= 1, "slab figures: %s" % c)
     check(j["rounding_bytes"] >= 1000 * (c["size"] - 3000), "rounding covers the class: %s" % j)
+    shares = sum(k["rounding_bytes"] for k in j["classes"])
+    check(abs(shares - j["rounding_bytes"]) <= len(j["classes"]) and c["rounding_bytes"] > 0,
+          "the classes' shares add up to the total: %d of %d" % (shares, j["rounding_bytes"]))
     names = [l["name"] for l in j["locks"]]
     for want in ("heap arena", "metadata pools", "depot %d" % c["class"], "slab %d" % c["class"]):
         check(want in names, "a lock row %r in %s" % (want, names))
@@ -463,6 +466,8 @@ def test_contention():
     check(len(cache) == 1 and cache[0]["allocs"] == want and cache[0]["frees"] == want
           and cache[0]["live_bytes"] == 0, "the cache's allocs and frees, %d each: %s" %
           (want, cache))
+    check(cache[0]["size"] == 64 and cache[0]["rounding_bytes"] == want * 8,
+          "56-byte objects in 64-byte strides lose 8 bytes each: %s" % cache)
     r = subprocess.run([PROBE, "--contend", "4", "2000000"], capture_output=True, text=True,
                        env=dict(os.environ, LD_PRELOAD=LIBRARY,
                                 MAGPIE_OPTIONS="stats=text,mag_rounds=1"), timeout=50)

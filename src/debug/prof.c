@@ -54,6 +54,7 @@ static size_t prof_stack_count;              /* (prof_lock) */
 /* Sampled blocks of small requests, per class, and the pages of those live (prof_lock). */
 static uint64_t prof_class_allocs[SC_COUNT + 1], prof_class_frees[SC_COUNT + 1];
 static uint64_t prof_class_pages;
+static double prof_class_objects[SC_COUNT + 1], prof_class_bytes[SC_COUNT + 1]; /* stood for */
 static meta_pool_t prof_stack_pool = META_POOL(sizeof(prof_stack_t));
 static meta_pool_t prof_block_pool = META_POOL(128);
 static int prof_writing; /* a profile is being written (atomic; prof_write_begin) */
@@ -110,6 +111,8 @@ static void *prof_record(void *p, size_t size, unsigned c, uint64_t points) {
     if (c) {
       prof_class_allocs[c]++;
       prof_class_pages += large_size(entry);
+      prof_class_objects[c] += objects;
+      prof_class_bytes[c] += bytes;
     }
   }
   lock_release(&prof_lock);
@@ -169,6 +172,13 @@ void prof_free(void *p, uintptr_t entry) {
 
 size_t prof_size(void *p, uintptr_t entry) {
   return prof_block_of(p, entry, "invalid pointer")->usable;
+}
+
+void prof_class_requests(double objects[SC_COUNT + 1], double bytes[SC_COUNT + 1]) {
+  lock_acquire(&prof_lock);
+  memcpy(objects, prof_class_objects, sizeof prof_class_objects);
+  memcpy(bytes, prof_class_bytes, sizeof prof_class_bytes);
+  lock_release(&prof_lock);
 }
 
 void prof_class_totals(mag_totals_t *t, uint64_t *pages) {

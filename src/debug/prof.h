@@ -48,6 +48,10 @@ void prof_forget(void *p, uintptr_t entry);
 /* Statistics: moves the sampled blocks of small requests, which the large path served, from
    t's large counts to their classes'; *pages: the bytes the live ones hold in large blocks. */
 void prof_class_totals(mag_totals_t *t, uint64_t *pages);
+/* Per class: the objects and the requested bytes that the samples of its small requests stand
+   for, since the start (theory 1): their mean request size, against the class's size, is the
+   estimate of its rounding loss. */
+void prof_class_requests(double objects[SC_COUNT + 1], double bytes[SC_COUNT + 1]);
 /* Copies up to max stacks' figures into rows; returns how many stacks there are. */
 size_t prof_snapshot(prof_row_t *rows, size_t max);
 

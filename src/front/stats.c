@@ -14,7 +14,10 @@
  *      movement: an upper bound of the true peak, within two magazines per thread and class.
  *      Bytes lost to rounding are estimated over all allocations: what the classes handed out
  *      (allocs times class size) less what small requests asked for (bytes requested less the
- *      part in large blocks); the fast path keeps no per-class request sizes.
+ *      part in large blocks). The fast path keeps no per-class request sizes, so that total is
+ *      split between the classes by estimates: the heap profiler's samples of a class give its
+ *      mean request (without samples: the middle of its range). An object cache's is exact:
+ *      its stride less the size it was created for, per allocation.
  *   3. One snapshot (magpie_stats.h's layout, built in stats_snap under stats_lock) feeds every
  *      view: the text and JSON reports and the live area. The area is a memfd mapped shared,
  *      made at the first publish (close-on-exec; a fork's child drops its parent's and makes
@@ -143,9 +146,10 @@ static void snap_lock(const char *what, unsigned n, bool numbered, const lock_st
   row->wait_ns = l->wait_ns;
 }
 
-/* A row for cache cp, whose allocs and frees (objects) are known; its locks' rows. */
-static void snap_cache(cache_t *cp, uint64_t kind, uint64_t index, uint64_t allocs,
-                       uint64_t frees) {
+/* A row for cache cp, whose allocs and frees (objects) and estimated rounding loss are known;
+   its locks' rows. */
+static void snap_cache(cache_t *cp, uint64_t kind, uint64_t index, uint64_t allocs, uint64_t frees,
+                       uint64_t rounding) {
   depot_figures_t d;
   depot_figures(cp, &d);
   lock_acquire(&cp->slab_lock);
@@ -172,6 +176,7 @@ static void snap_cache(cache_t *cp, uint64_t kind, uint64_t index, uint64_t allo
     row->slabs = slabs;
     row->slab_objects = slabs * cp->per_slab;
     row->slab_objects_out = out;
+    row->rounding_bytes = rounding;
     SNAP->cached_bytes += (row->cached_mags + row->cached_depot) * cp->size;
     SNAP->misses += misses;
   }
@@ -183,11 +188,30 @@ static void snap_cache(cache_t *cp, uint64_t kind, uint64_t index, uint64_t allo
   snap_lock(kind ? "cache slab" : "slab", (unsigned)index, true, &l);
 }
 
+/* Splits total, the rounding loss of all classes, between them (theory 2): a class's estimate
+   is its allocations times the class size less the mean request its profiler samples stand
+   for, or, without samples, less the middle of its range (requests spread evenly from the
+   class below); the estimates are then scaled to add up to total. */
+static void stats_rounding_shares(double share[SC_COUNT + 1], uint64_t total) {
+  static double objects[SC_COUNT + 1], bytes[SC_COUNT + 1]; /* (stats_lock) */
+  prof_class_requests(objects, bytes);
+  double sum = 0;
+  for (unsigned c = 1; c <= SC_COUNT; c++) {
+    double size = sc_info[c].size, below = c > 1 ? sc_info[c - 1].size : 0;
+    double mean = objects[c] > 0 ? bytes[c] / objects[c] : (size + below + 1) / 2;
+    share[c] = mean < size ? (double)stats_totals_buf.allocs[c] * (size - mean) : 0;
+    sum += share[c];
+  }
+  for (unsigned c = 1; c <= SC_COUNT; c++)
+    share[c] = sum > 0 ? share[c] * (double)total / sum : 0;
+}
+
 static void snap_object_cache(cache_t *cp, void *arg) {
   (void)arg;
   uint64_t allocs, frees;
   mag_cache_counts(cp, &allocs, &frees);
-  if (SNAP->class_count < STATS_CLASS_ROWS) snap_cache(cp, 1, cp->id, allocs, frees);
+  if (SNAP->class_count < STATS_CLASS_ROWS) /* exact: every object asked for object_size */
+    snap_cache(cp, 1, cp->id, allocs, frees, allocs * (cp->size - cp->object_size));
 }
 
 /* The huge-page figures (hugepage.c), from /proc/self/smaps: read for every report, for the
@@ -236,13 +260,16 @@ static void stats_snapshot(bool report) {
   a->huge_bytes = stats_huge.huge_bytes;
   a->percpu = mag_percpu();
   uint64_t handed_out = 0; /* class bytes of every small allocation (theory 2) */
-  for (unsigned c = 1; c <= SC_COUNT; c++) {
+  for (unsigned c = 1; c <= SC_COUNT; c++)
     handed_out += stats_totals_buf.allocs[c] * sc_info[c].size;
-    snap_cache(&malloc_caches[c], 0, c, stats_totals_buf.allocs[c], stats_totals_buf.frees[c]);
-  }
   uint64_t small_requested =
       stats_totals_buf.bytes_requested - stats_totals_buf.large_bytes_requested;
   a->rounding_bytes = handed_out > small_requested ? handed_out - small_requested : 0;
+  static double share[SC_COUNT + 1]; /* each class's share of it (theory 2; stats_lock) */
+  stats_rounding_shares(share, a->rounding_bytes);
+  for (unsigned c = 1; c <= SC_COUNT; c++)
+    snap_cache(&malloc_caches[c], 0, c, stats_totals_buf.allocs[c], stats_totals_buf.frees[c],
+               (uint64_t)share[c]);
   cache_each_object_cache(snap_object_cache, NULL);
   lock_stats_t l = {0, 0, 0};
   lock_stats_add(&l, &heap_arena.lock);
@@ -354,6 +381,7 @@ static void json_cache_figures(report_buf_t *b, const magpie_area_class_t *r) {
       {"slabs", r->slabs},
       {"slab_objects", r->slab_objects},
       {"slab_objects_out", r->slab_objects_out},
+      {"rounding_bytes", r->rounding_bytes},
   };
   json_figures(b, figures, sizeof figures / sizeof figures[0]);
 }
