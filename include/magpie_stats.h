@@ -20,7 +20,7 @@
 
 #define MAGPIE_AREA_MAGIC 0x545345495047414dull /* the bytes "MAGPIEST" */
 #define MAGPIE_AREA_MAJOR 1
-#define MAGPIE_AREA_MINOR 1
+#define MAGPIE_AREA_MINOR 2
 /* The memfd's name: /proc/PID/fd/N links to "/memfd:<name> (deleted)". */
 #define MAGPIE_AREA_NAME "magpie-live-stats"
 
@@ -48,6 +48,8 @@ typedef struct magpie_area {
   uint64_t rounding_bytes; /* estimated bytes lost to size-class rounding, over all allocations */
   uint64_t misses;         /* operations past the magazines, all caches */
   uint64_t threads_live, threads_total, cpus, percpu;
+  /* 1.2: rows of the busiest live threads */
+  uint32_t thread_row_size, thread_offset, thread_count, thread_pad;
 } magpie_area_t;
 
 /* One cache: a malloc size class (kind 0, index = class) or an object cache (kind 1). */
@@ -73,6 +75,12 @@ typedef struct magpie_area_lock {
   char name[32]; /* "depot 12", "slab 12", "heap arena", "metadata pools", "cpu 3", ... */
   uint64_t acquisitions, contended, wait_ns;
 } magpie_area_lock_t;
+
+/* One live thread (1.2): the kernel's id, its malloc operations (size classes and large blocks,
+   object caches excluded), those past its magazines, and the bytes it asked for. */
+typedef struct magpie_area_thread {
+  uint64_t tid, allocs, frees, misses, bytes_requested;
+} magpie_area_thread_t;
 
 /* One CPU's magazines (per-CPU mode only). */
 typedef struct magpie_area_cpu {

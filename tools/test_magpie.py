@@ -323,11 +323,16 @@ def test_stats_live():
         check(j["live_bytes"] >= (count // 2) * size and j["mapped_bytes"] >= j["live_bytes"],
               "live and mapped bytes cover the probe's blocks: %s" % j)
         check(j["rss_bytes"] > 0 and j["huge_bytes"] == 0, "rss and huge bytes: %s" % j)
+        main = [t for t in j["threads"] if t["tid"] == p.pid]
+        check(len(main) == 1 and main[0]["allocs"] >= count and main[0]["frees"] >= count // 2,
+              "the probe's main thread (tid = pid) with its blocks: %s" % j["threads"])
         first = j["published"]
         time.sleep(0.3)
         check(read_live(p.pid)["published"] > first, "the process keeps publishing")
         text = magpie("stats", str(p.pid), expect=0)
         check(re.search(r"^  live bytes\s+\d+", text.stdout, re.M), "text snapshot", text)
+        check(re.search(r"^  busiest threads \(1 of 1 live\):\n.*\n\s+%d\s+\d+" % p.pid,
+                        text.stdout, re.M), "the threads table", text)
     finally:
         p.kill()
         p.wait()
@@ -439,6 +444,9 @@ def test_counters():
     check(c["slab_objects_out"] >= 500 and c["slab_objects"] >= c["slab_objects_out"]
           and c["slabs"] >= 1 and c["misses"] >= 1 and c["mag_rounds"] >= 1, "slab figures: %s" % c)
     check(j["rounding_bytes"] >= 1000 * (c["size"] - 3000), "rounding covers the class: %s" % j)
+    main = [t for t in j["threads"] if t["allocs"] >= 1000]
+    check(len(main) == 1 and main[0]["frees"] >= 500 and main[0]["bytes_requested"] >= 1000 * 3000,
+          "the probe's thread, live at exit, with its allocations: %s" % j["threads"])
     shares = sum(k["rounding_bytes"] for k in j["classes"])
     check(abs(shares - j["rounding_bytes"]) <= len(j["classes"]) and c["rounding_bytes"] > 0,
           "the classes' shares add up to the total: %d of %d" % (shares, j["rounding_bytes"]))

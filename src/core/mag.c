@@ -47,6 +47,8 @@
 #include "pagemap.h"
 #include "prof_clock.h"
 #include "report.h"
+
+#include <string.h>
 #include "slab.h"
 
 #include <errno.h>
@@ -125,6 +127,7 @@ static tcache_t *mag_thread_start(void) {
     tc->own[c].mags = (mag_pair_t)MAG_PAIR_EMPTY;
   tc->sample_left = mag_sample_countdown();
   tc->stack = (uintptr_t)__builtin_frame_address(0);
+  tc->tid = os_thread_id();
   tc->next = mag_registry.next;
   tc->prev = &mag_registry;
   mag_registry.next->prev = tc;
@@ -422,6 +425,34 @@ void mag_totals(mag_totals_t *out) {
   lock_release(&mag_registry_lock);
 }
 
+size_t mag_thread_rows(mag_thread_row_t *rows, size_t max) {
+  static mag_totals_t one; /* (mag_registry_lock) */
+  size_t n = 0;
+  lock_acquire(&mag_registry_lock);
+  for (tcache_t *tc = mag_registry.next; tc != &mag_registry && max; tc = tc->next) {
+    memset(&one, 0, sizeof one);
+    mag_sum_thread(&one, tc);
+    mag_thread_row_t r = {tc->tid, one.large_allocs, one.large_frees, 0, one.bytes_requested};
+    for (unsigned c = 1; c <= SC_COUNT; c++) {
+      r.allocs += one.allocs[c];
+      r.frees += one.frees[c];
+    }
+    lock_acquire(&tc->lock);
+    r.misses = tc->misses;
+    lock_release(&tc->lock);
+    if (n < max) {
+      rows[n++] = r;
+      continue;
+    }
+    size_t least = 0; /* full: the least busy row gives way to a busier one */
+    for (size_t i = 1; i < max; i++)
+      if (rows[i].allocs + rows[i].frees < rows[least].allocs + rows[least].frees) least = i;
+    if (r.allocs + r.frees > rows[least].allocs + rows[least].frees) rows[least] = r;
+  }
+  lock_release(&mag_registry_lock);
+  return n;
+}
+
 void mag_registry_lock_stats(lock_stats_t *lock) {
   lock_stats_add(lock, &mag_registry_lock);
 }
@@ -469,6 +500,7 @@ bool mag_fork_child(void) {
   if (self != &tcache_boot && self != &tcache_dead) {
     mag_threads_live = 1;
     lock_init(&self->lock);
+    self->tid = os_thread_id();
     self->next = self->prev = &mag_registry;
     mag_registry.next = mag_registry.prev = self;
   }

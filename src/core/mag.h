@@ -55,6 +55,7 @@ typedef struct cache_slot {
 typedef struct tcache {
   char *cpus;   /* per-CPU magazines (mag_percpu.c) this thread uses for malloc, or NULL: its own */
   uint8_t busy; /* nonzero while the owner works on its own magazines without the lock */
+  uint32_t tid; /* the kernel's id of the owner */
   lock_t lock;  /* the owner's slow paths, mag_reclaim_idle */
   uint64_t bytes_requested; /* sum of malloc sizes (small and large) */
   uint64_t large_allocs, large_frees;
@@ -143,6 +144,13 @@ void mag_cpu_stats(unsigned cpu, uint64_t *misses, lock_stats_t *lock);
 /* The registry lock's counters, added to *lock. */
 void mag_registry_lock_stats(lock_stats_t *lock);
 void mag_totals(mag_totals_t *out);
+/* One live thread's malloc figures (statistics). */
+typedef struct mag_thread_row {
+  uint64_t tid, allocs, frees, misses, bytes_requested;
+} mag_thread_row_t;
+/* The rows of the max busiest live threads (by allocations and frees), in no order; returns
+   how many it wrote. */
+size_t mag_thread_rows(mag_thread_row_t *rows, size_t max);
 /* An address in the stack of each live thread with a cache but the caller, at most max of
    them; returns how many. */
 size_t mag_thread_stacks(uintptr_t *out, size_t max);

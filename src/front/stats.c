@@ -57,12 +57,18 @@
 #define STATS_CLASS_OFFSET ((sizeof(magpie_area_t) + 63) & ~(size_t)63)
 #define STATS_LOCK_OFFSET (STATS_CLASS_OFFSET + STATS_CLASS_ROWS * sizeof(magpie_area_class_t))
 #define STATS_CPU_OFFSET (STATS_LOCK_OFFSET + STATS_LOCK_ROWS * sizeof(magpie_area_lock_t))
+#define STATS_THREAD_ROWS 64 /* the busiest live threads */
+#define STATS_THREAD_OFFSET (STATS_CPU_OFFSET + STATS_CPU_ROWS * sizeof(magpie_area_cpu_t))
 #define STATS_AREA_SIZE                                                                            \
-  ((STATS_CPU_OFFSET + STATS_CPU_ROWS * sizeof(magpie_area_cpu_t) + OS_PAGE - 1) & ~(OS_PAGE - 1))
+  ((STATS_THREAD_OFFSET + STATS_THREAD_ROWS * sizeof(magpie_area_thread_t) + OS_PAGE - 1) &        \
+   ~(OS_PAGE - 1))
 #define STATS_TOP_ROWS 5 /* rows of the text report's tables */
 
+_Static_assert(sizeof(magpie_area_thread_t) == sizeof(mag_thread_row_t),
+               "a thread's row is mag_thread_rows' row");
 _Static_assert(offsetof(magpie_area_t, seq) == 16 && offsetof(magpie_area_t, pid) == 72 &&
-                   offsetof(magpie_area_t, allocs) == 96,
+                   offsetof(magpie_area_t, allocs) == 96 &&
+                   offsetof(magpie_area_t, thread_row_size) == 248,
                "the live area's header is laid out as docs/stats.md says");
 
 static mag_totals_t stats_totals_buf; /* mag_totals' result; large, so not on the stack */
@@ -78,6 +84,8 @@ static uint64_t stats_publish_due; /* os_now_ns of the next publish (atomic) */
 #define SNAP_CLASS(i) ((magpie_area_class_t *)((char *)stats_snap_words + STATS_CLASS_OFFSET) + (i))
 #define SNAP_LOCK(i) ((magpie_area_lock_t *)((char *)stats_snap_words + STATS_LOCK_OFFSET) + (i))
 #define SNAP_CPU(i) ((magpie_area_cpu_t *)((char *)stats_snap_words + STATS_CPU_OFFSET) + (i))
+#define SNAP_THREAD(i)                                                                             \
+  ((magpie_area_thread_t *)((char *)stats_snap_words + STATS_THREAD_OFFSET) + (i))
 
 static void stats_fill(stats_summary_t *s, mag_totals_t *t) {
   uint64_t profiled_pages; /* sampled small blocks, moved from the large figures to their class */
@@ -242,6 +250,8 @@ static void stats_snapshot(bool report) {
   a->class_offset = STATS_CLASS_OFFSET;
   a->lock_offset = STATS_LOCK_OFFSET;
   a->cpu_offset = STATS_CPU_OFFSET;
+  a->thread_row_size = sizeof(magpie_area_thread_t);
+  a->thread_offset = STATS_THREAD_OFFSET;
   a->pid = (uint64_t)os_getpid();
   a->allocs = s.allocs;
   a->frees = s.frees;
@@ -287,6 +297,11 @@ static void stats_snapshot(bool report) {
     mag_cpu_stats(i, &row->misses, &l);
     snap_lock("cpu", i, true, &l);
   }
+  static mag_thread_row_t threads[STATS_THREAD_ROWS]; /* (stats_lock) */
+  a->thread_count = (uint32_t)mag_thread_rows(threads, STATS_THREAD_ROWS);
+  for (uint32_t i = 0; i < a->thread_count; i++)
+    *SNAP_THREAD(i) = (magpie_area_thread_t){threads[i].tid, threads[i].allocs, threads[i].frees,
+                                             threads[i].misses, threads[i].bytes_requested};
 }
 
 /* ---- the live area ---- */
@@ -314,6 +329,8 @@ static void stats_area_write(void) {
   memcpy(stats_area + a->class_offset, SNAP_CLASS(0), a->class_count * sizeof(magpie_area_class_t));
   memcpy(stats_area + a->lock_offset, SNAP_LOCK(0), a->lock_count * sizeof(magpie_area_lock_t));
   memcpy(stats_area + a->cpu_offset, SNAP_CPU(0), a->cpu_count * sizeof(magpie_area_cpu_t));
+  memcpy(stats_area + a->thread_offset, SNAP_THREAD(0),
+         a->thread_count * sizeof(magpie_area_thread_t));
   __atomic_store_n(&area->seq, seq + 2, __ATOMIC_RELEASE); /* every field before the even count */
 }
 
@@ -444,6 +461,17 @@ static void stats_write_json(report_buf_t *b) {
   for (uint32_t i = 0; i < a->cpu_count; i++) {
     if (i) report_str(b, ",");
     report_dec(b, SNAP_CPU(i)->misses);
+  }
+  report_str(b, "],\"threads\":[");
+  for (uint32_t i = 0; i < a->thread_count; i++) {
+    const magpie_area_thread_t *t = SNAP_THREAD(i);
+    report_str(b, i ? ",{\"tid\":" : "{\"tid\":");
+    report_dec(b, t->tid);
+    json_field(b, "allocs", t->allocs);
+    json_field(b, "frees", t->frees);
+    json_field(b, "misses", t->misses);
+    json_field(b, "bytes_requested", t->bytes_requested);
+    report_str(b, "}");
   }
   report_str(b, "],\"large\":{\"allocs\":");
   report_dec(b, a->large_allocs);

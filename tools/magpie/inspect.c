@@ -60,6 +60,18 @@ static void json_locks(FILE *out, const live_snapshot_t *s) {
   fputc(']', out);
 }
 
+static void json_threads(FILE *out, const live_snapshot_t *s) {
+  fputs("\"threads\":[", out);
+  for (uint32_t i = 0; i < s->head.thread_count; i++) {
+    const magpie_area_thread_t *t = &s->threads[i];
+    fprintf(out,
+            "%s{\"tid\":%" PRIu64 ",\"allocs\":%" PRIu64 ",\"frees\":%" PRIu64
+            ",\"misses\":%" PRIu64 ",\"bytes_requested\":%" PRIu64 "}",
+            i ? "," : "", t->tid, t->allocs, t->frees, t->misses, t->bytes_requested);
+  }
+  fputc(']', out);
+}
+
 void inspect_json(FILE *out, const live_snapshot_t *s) {
   fprintf(out, "{\"layout\":\"%u.%u\",", s->head.major, s->head.minor);
   json_totals(out, &s->head);
@@ -67,6 +79,8 @@ void inspect_json(FILE *out, const live_snapshot_t *s) {
   json_classes(out, s, 1);
   fputc(',', out);
   json_locks(out, s);
+  fputc(',', out);
+  json_threads(out, s);
   fputs("}\n", out);
 }
 
@@ -105,6 +119,13 @@ static int by_allocs(const void *a, const void *b) {
   return (x->allocs < y->allocs) - (x->allocs > y->allocs);
 }
 
+static int by_operations(const void *a, const void *b) {
+  const magpie_area_thread_t *x = &sort_snap->threads[*(const uint32_t *)a];
+  const magpie_area_thread_t *y = &sort_snap->threads[*(const uint32_t *)b];
+  uint64_t u = x->allocs + x->frees, v = y->allocs + y->frees;
+  return (u < v) - (u > v);
+}
+
 static int by_wait(const void *a, const void *b) {
   const magpie_area_lock_t *x = &sort_snap->locks[*(const uint32_t *)a];
   const magpie_area_lock_t *y = &sort_snap->locks[*(const uint32_t *)b];
@@ -127,7 +148,7 @@ void inspect_text(FILE *out, const live_snapshot_t *s) {
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     fprintf(out, "  %-20s %15" PRIu64 "\n", rows[i].label, rows[i].v);
-  uint32_t *order = malloc(sizeof *order * (h->class_count + h->lock_count + 1));
+  uint32_t *order = malloc(sizeof *order * (h->class_count + h->lock_count + h->thread_count + 1));
   if (!order) return;
   sort_snap = s;
   uint32_t n = 0;
@@ -158,6 +179,21 @@ void inspect_text(FILE *out, const live_snapshot_t *s) {
       const magpie_area_lock_t *l = &s->locks[order[i]];
       fprintf(out, "    %-20.32s %14" PRIu64 " %12" PRIu64 " %12.3f\n", l->name, l->acquisitions,
               l->contended, (double)l->wait_ns / 1e6);
+    }
+  }
+  n = 0;
+  for (uint32_t i = 0; i < h->thread_count; i++)
+    order[n++] = i;
+  qsort(order, n, sizeof *order, by_operations);
+  if (n) {
+    fprintf(out, "  busiest threads (%u of %" PRIu64 " live):\n", n < INSPECT_TOP ? n : INSPECT_TOP,
+            h->threads_live);
+    fprintf(out, "    %10s %14s %14s %10s %16s\n", "thread", "allocs", "frees", "misses",
+            "bytes asked");
+    for (uint32_t i = 0; i < n && i < INSPECT_TOP; i++) {
+      const magpie_area_thread_t *t = &s->threads[order[i]];
+      fprintf(out, "    %10" PRIu64 " %14" PRIu64 " %14" PRIu64 " %10" PRIu64 " %16" PRIu64 "\n",
+              t->tid, t->allocs, t->frees, t->misses, t->bytes_requested);
     }
   }
   free(order);

@@ -178,7 +178,10 @@ int live_read(live_t *l, live_snapshot_t *snap, char *why, size_t cap) {
                              sizeof *snap->locks);
     snap->cpus = widen_rows(l->copy, l->size, c->cpu_offset, c->cpu_count, c->cpu_row_size,
                             sizeof *snap->cpus);
-    if (!snap->classes || !snap->locks || !snap->cpus) {
+    const magpie_area_t *h2 = &snap->head; /* fields past the writer's header read as 0 */
+    snap->threads = widen_rows(l->copy, l->size, h2->thread_offset, h2->thread_count,
+                               h2->thread_row_size, sizeof *snap->threads);
+    if (!snap->classes || !snap->locks || !snap->cpus || !snap->threads) {
       live_snapshot_free(snap);
       snprintf(why, cap, "out of memory");
       return LIVE_BAD_AREA;
@@ -193,9 +196,11 @@ void live_snapshot_free(live_snapshot_t *snap) {
   free(snap->classes);
   free(snap->locks);
   free(snap->cpus);
+  free(snap->threads);
   snap->classes = NULL;
   snap->locks = NULL;
   snap->cpus = NULL;
+  snap->threads = NULL;
 }
 
 void live_close(live_t *l) {

@@ -16,9 +16,10 @@ typedef struct live live_t; /* an open area */
    (fields the writer did not have read as 0). */
 typedef struct {
   magpie_area_t head;
-  magpie_area_class_t *classes; /* head.class_count rows */
-  magpie_area_lock_t *locks;    /* head.lock_count rows */
-  magpie_area_cpu_t *cpus;      /* head.cpu_count rows */
+  magpie_area_class_t *classes;  /* head.class_count rows */
+  magpie_area_lock_t *locks;     /* head.lock_count rows */
+  magpie_area_cpu_t *cpus;       /* head.cpu_count rows */
+  magpie_area_thread_t *threads; /* head.thread_count rows (none before layout 1.2) */
 } live_snapshot_t;
 
 enum {
