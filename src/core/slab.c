@@ -37,7 +37,8 @@
  *      objects get their markers back. Until then a double free of one of them is caught when
  *      it comes back here (its bit is set), or when its chunk is taken back. The caller keeps
  *      this away from object caches (constructed objects) and debug and memcheck modes, which
- *      keep their own records in free blocks.
+ *      keep their own records in free blocks. Only slabs that took objects back since the last
+ *      look are looked at again, so a quiet heap's repeated reaps cost a walk of the list.
  *   Lock order: fork.c's list (slab_lock, then the slab and heap arenas' locks, then metadata
  *   pools).
  */
@@ -158,6 +159,7 @@ static void slab_return(cache_t *cp, void **objs, unsigned n) {
     }
     s->map[k / 64] |= (uint64_t)1 << k % 64;
     s->nfree++;
+    s->returned = true;
     if (k / 64 < s->scan) s->scan = k / 64;
     if (!s->listed) slab_list(cp, s);
     if (--s->used == 0) slab_destroy(cp, s);
@@ -282,6 +284,11 @@ size_t slab_give_back(cache_t *cp) {
   slab_t *s = cp->partial;
   do {
     if (!s) break;
+    if (!s->returned) { /* nothing came back since the last look: nothing more is free */
+      s = s->next;
+      continue;
+    }
+    s->returned = false;
     uint64_t more = 0;
     for (uint32_t i = 0; i < chunks; i++)
       if (!(s->hollow >> i & 1) && slab_chunk_free(cp, s, chunk, i)) more |= (uint64_t)1 << i;

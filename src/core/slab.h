@@ -18,6 +18,7 @@ struct slab {
   uint32_t scan;   /* map words below this one hold no set bit */
   bool listed;     /* on cache->partial */
   bool from_heap;  /* its span came from the heap arena, not the slab arena (slab.c theory 1) */
+  bool returned;   /* objects came back since slab_give_back last looked (slab.c theory 6) */
   uint64_t hollow; /* bit i set: chunk i's pages went back to the kernel (slab.c theory 6) */
   uint64_t map[];  /* bit i set: object i (< carved) came back and is free */
 };
