@@ -338,33 +338,36 @@ def test_stats_live():
         p.wait()
 
 
-def test_stats_refused():
-    """An area of an unknown major layout is refused, by name; python holds a fake one."""
-    fake = r"""
-import os, struct, sys, time
-fd = os.memfd_create("magpie-live-stats")
-head = struct.pack("<QII", 0x545345495047414d, 99, 0) + bytes(4096 - 16)
-os.write(fd, head)
-print("ready", flush=True)
-time.sleep(20)
-"""
-    p = subprocess.Popen([sys.executable, "-c", fake], stdout=subprocess.PIPE, text=True,
+def stats_of_fake_area(script):
+    """`magpie stats` of a python process that runs script (it prints "ready" first), which
+    plays a magpie process making its area."""
+    p = subprocess.Popen([sys.executable, "-c", "import os, struct, time\n" + script],
+                         stdout=subprocess.PIPE, text=True,
                          env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})
     try:
         check(p.stdout.readline().strip() == "ready", "the fake area is up")
-        r = magpie("stats", str(p.pid), expect=125)
-        check("layout 99.0" in r.stderr and "reads layout 1" in r.stderr, "refused by version", r)
+        return magpie("stats", str(p.pid), expect=125)
     finally:
         p.kill()
         p.wait()
+
+
+def test_stats_refused():
+    """An area of an unknown major layout is refused, by name."""
+    r = stats_of_fake_area("""
+fd = os.memfd_create("magpie-live-stats")
+os.write(fd, struct.pack("<QII", 0x545345495047414d, 99, 0) + bytes(4096 - 16))
+print("ready", flush=True)
+time.sleep(20)
+""")
+    check("layout 99.0" in r.stderr and "reads layout 1" in r.stderr, "refused by version", r)
 
 
 def test_stats_unfinished():
     """A reader that comes while the area is being made (created, then sized, then written) waits
     for it: the fake publisher takes 0.4 s over each step and writes a layout the tool refuses,
     which the tool can only name once it waited through the empty and the zeroed file."""
-    fake = r"""
-import os, struct, sys, time
+    r = stats_of_fake_area("""
 fd = os.memfd_create("magpie-live-stats")
 print("ready", flush=True)
 time.sleep(0.4)
@@ -372,16 +375,8 @@ os.ftruncate(fd, 4096)
 time.sleep(0.4)
 os.pwrite(fd, struct.pack("<QII", 0x545345495047414d, 99, 0), 0)
 time.sleep(20)
-"""
-    p = subprocess.Popen([sys.executable, "-c", fake], stdout=subprocess.PIPE, text=True,
-                         env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})
-    try:
-        check(p.stdout.readline().strip() == "ready", "the fake area is up")
-        r = magpie("stats", str(p.pid), expect=125)
-        check("layout 99.0" in r.stderr, "waited for the area to be written", r)
-    finally:
-        p.kill()
-        p.wait()
+""")
+    check("layout 99.0" in r.stderr, "waited for the area to be written", r)
 
 
 def test_stats_no_magpie():
