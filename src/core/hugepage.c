@@ -32,9 +32,6 @@
  *      subreleased and filled again). Dense: at least HP_DENSE_SHIFT's share in slabs, so a
  *      collapse populates little that is free. When a collapse fails or a tick's collapses
  *      are slow, the next tries wait twice as many ticks as the last wait (up to HP_BACKOFF_MAX).
- *      When auto turns huge pages on, the reaper is woken to collapse the ones faulted before
- *      at once (hugepage_collapse_due): a heap growing past hugepages_min gets its first part
- *      on huge pages while it is still being built, not a reap interval later.
  *   4. Release, whole huge pages first: a reap purges the heap arena's free memory (which holds
  *      the wholly free huge pages, purged whole, unsplit) before the free pages inside partly
  *      used huge pages (subrelease, which splits a huge page into 4 KiB ones). Together they
@@ -59,7 +56,6 @@
 #include "slab.h"
 
 vmem_t slab_arena;
-uint32_t hugepage_collapse_due;
 
 #define HP_COLLAPSE_MAX 32                           /* collapses per reaper tick: 64 MiB */
 #define HP_COLLAPSE_SLOW_NS ((uint64_t)20 * 1000000) /* a tick's collapses slower than this */
@@ -97,11 +93,8 @@ static void *hp_import(void *source, size_t size, size_t align, bool *clean) {
   if (!p) return NULL;
   bool on = __atomic_load_n(&hp.on, __ATOMIC_RELAXED);
   if (!on && hp.mode == OPT_HUGE_AUTO && hp_thp_usable() &&
-      slab_arena.imported + size >= opt.hugepages_min) {
+      slab_arena.imported + size >= opt.hugepages_min)
     __atomic_store_n(&hp.on, on = true, __ATOMIC_RELAXED);
-    __atomic_store_n(&hugepage_collapse_due, 1, __ATOMIC_RELEASE);
-    os_futex_wake(&hugepage_collapse_due, 1);
-  }
   if (on) os_advise_huge(p, size, true);
   slab_arena.backing = on ? HP_HUGE : HP_SMALL; /* the new span's marker takes it */
   return p;

@@ -42,11 +42,7 @@ size_t hugepage_reap(size_t keep_dirty, bool everything);
    (negative: came back into use); a huge page it lies on is subreleased first (theory 5).
    false: they may not (hugetlb pages), nothing recorded. */
 bool hugepage_slab_hollow(const void *slab, ptrdiff_t bytes);
-void hugepage_tick(void);
-/* 1 once auto turned huge pages on, until the reaper thread took it: the huge pages imported
-   before are on 4 KiB pages, and the reaper, woken on this word, collapses them at once
-   (theory 3) instead of at its next tick. */
-extern uint32_t hugepage_collapse_due;      /* the reaper thread's collapses, after each reap */
+void hugepage_tick(void);                   /* the reaper thread's collapses, after each reap */
 void hugepage_stats(hugepage_stats_t *out); /* reads /proc/self/smaps */
 
 #endif

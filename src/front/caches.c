@@ -86,15 +86,13 @@ static size_t cache_reap(bool everything, size_t keep_dirty) {
 }
 
 /* Reaps every reap_ms and publishes the live statistics every publish_ms (stats.c), waking for
-   whichever is sooner, or when auto turned huge pages on (hugepage_collapse_due). */
+   whichever is sooner. */
 static void *reaper_main(void *arg) {
   (void)arg;
   size_t nap = opt.publish_ms && opt.publish_ms < opt.reap_ms ? opt.publish_ms : opt.reap_ms;
   uint64_t period = (uint64_t)opt.reap_ms * 1000000u, last = os_now_ns();
   for (;;) {
-    os_futex_wait_ms(&hugepage_collapse_due, 0, nap);
-    if (__atomic_exchange_n(&hugepage_collapse_due, 0, __ATOMIC_ACQUIRE))
-      hugepage_tick(); /* auto just turned huge pages on: collapse what came before */
+    os_sleep_ms(nap);
     uint64_t now = os_now_ns(), quiet = now - __atomic_load_n(&cache_last_slow, __ATOMIC_RELAXED);
     if (now - last >= period - period / 8) { /* the coarse clock may read a little early */
       last = now;

@@ -432,11 +432,6 @@ void os_futex_wait(uint32_t *word, uint32_t expected) {
   syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
 }
 
-void os_futex_wait_ms(uint32_t *word, uint32_t expected, size_t ms) {
-  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, &ts, NULL, 0);
-}
-
 void os_futex_wake(uint32_t *word, int count) {
   syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
 }

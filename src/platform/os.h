@@ -86,8 +86,6 @@ bool os_helpers_welcome(void);
 #define OS_PARALLEL_MAX 64u /* helpers at most */
 unsigned os_run_parallel(void *(*fn)(void *), void *arg, unsigned helpers);
 void os_futex_wait(uint32_t *word, uint32_t expected);
-/* The same, for ms milliseconds at most. */
-void os_futex_wait_ms(uint32_t *word, uint32_t expected, size_t ms);
 void os_futex_wake(uint32_t *word, int count);
 /* Fork's prepare handler: takes stdio's list lock where glibc's fork will take it too (a
    multithreaded process), so that magpie's locks come after it; false where it took nothing.
