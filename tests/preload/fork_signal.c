@@ -24,8 +24,8 @@
 #define HELD_BYTES (48u << 20) /* more than magpie's background-thread threshold */
 #define HELD_BLOCK 8192
 #define SLOTS 512
-#define TICK_US 2000  /* well above a fork and wait, so the program itself runs between ticks */
-#define DEADLINE_S 60 /* a run still going then has deadlocked */
+#define TICK_US 2000   /* well above a fork and wait, so the program itself runs between ticks */
+#define DEADLINE_S 100 /* a run still going then has deadlocked */
 
 static volatile sig_atomic_t forks_done, fork_failures;
 
