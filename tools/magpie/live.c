@@ -178,9 +178,9 @@ int live_read(live_t *l, live_snapshot_t *snap, char *why, size_t cap) {
                              sizeof *snap->locks);
     snap->cpus = widen_rows(l->copy, l->size, c->cpu_offset, c->cpu_count, c->cpu_row_size,
                             sizeof *snap->cpus);
-    const magpie_area_t *h2 = &snap->head; /* fields past the writer's header read as 0 */
-    snap->threads = widen_rows(l->copy, l->size, h2->thread_offset, h2->thread_count,
-                               h2->thread_row_size, sizeof *snap->threads);
+    const magpie_area_t *head = &snap->head; /* fields past the writer's header read as 0 */
+    snap->threads = widen_rows(l->copy, l->size, head->thread_offset, head->thread_count,
+                               head->thread_row_size, sizeof *snap->threads);
     if (!snap->classes || !snap->locks || !snap->cpus || !snap->threads) {
       live_snapshot_free(snap);
       snprintf(why, cap, "out of memory");
