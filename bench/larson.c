@@ -16,14 +16,33 @@
  * Each block carries its size and a salt in its first word and a derived byte in its last byte;
  * every block is checked before it is freed, whichever thread frees it.
  *
+ * Built with -DLARSON_SIZED (bench_larson_sized), the blocks come from C++'s operator new and
+ * go back through the sized operator delete, as a C++ server's objects do (mimalloc-bench's
+ * larson-sized); the program then links libstdc++, whose operators a preloaded allocator
+ * replaces.
+ *
  *   larson [-t threads] [-i ops] [-n slots per thread] [-s seed]
  */
 #include "bench.h"
+
+#ifdef LARSON_SIZED
+/* operator new(size_t) and operator delete(void *, size_t), by their Itanium ABI names */
+void *larson_new(size_t size) __asm__("_Znwm");
+void larson_delete(void *p, size_t size) __asm__("_ZdlPvm");
+#define BLOCK_ALLOC(size) larson_new(size)
+#define BLOCK_FREE(p, size) larson_delete(p, size)
+#define RESULT_NAME "larson_sized"
+#else
+#define BLOCK_ALLOC(size) malloc(size)
+#define BLOCK_FREE(p, size) ((void)(size), free(p))
+#define RESULT_NAME "larson"
+#endif
 
 #include <stdatomic.h>
 
 #define SIZE_MIN 8
 #define SIZE_MAX_ 2048
+#define UNIFORM_MAX 1000 /* -m uniform: sizes SIZE_MIN..UNIFORM_MAX - 1 */
 #define ROUNDS 8          /* thread generations */
 #define HANDOFF_ONE_IN 16 /* one operation in this many passes its block through a mailbox */
 #define BOXES_PER_THREAD 4
@@ -31,7 +50,8 @@
 static const char usage[] =
     "larson: threads replace random-size blocks, hand blocks to each other, and are replaced\n"
     "  -t threads (default 2)   -i total operations (default 4000000)\n"
-    "  -n slots per thread (default 1000)   -s seed\n";
+    "  -n slots per thread (default 1000)   -s seed\n"
+    "  -m uniform: sizes 8..999 evenly (default: log-uniform 8..2048)\n";
 
 typedef struct {
   void **slots;  /* this worker's live blocks; inherited by its successor */
@@ -45,16 +65,19 @@ typedef struct {
 static _Atomic(void *) *boxes;
 static long nboxes;
 
+static int uniform_sizes; /* -m uniform: 8..1000 bytes, evenly (as mimalloc-bench's larson) */
+
 static void *make_block(bench_rng_t *r) {
-  size_t sz = bench_logsize(r, SIZE_MIN, SIZE_MAX_);
-  void *b = malloc(sz);
+  size_t sz = uniform_sizes ? SIZE_MIN + bench_below(r, UNIFORM_MAX - SIZE_MIN)
+                            : bench_logsize(r, SIZE_MIN, SIZE_MAX_);
+  void *b = BLOCK_ALLOC(sz);
   if (b == NULL) bench_die("malloc(%zu) returned NULL", sz);
   bench_fill(b, sz, (bench_rand(r) << 32) | sz);
   return b;
 }
 
-/* Checks a block whose size is known only from its own first word. */
-static void check_block(void *b) {
+/* Checks a block whose size is known only from its own first word; returns the size. */
+static size_t check_block(void *b) {
   uint64_t tag;
   memcpy(&tag, b, sizeof(tag));
   size_t sz = (size_t)(tag & 0xffffffffu);
@@ -62,6 +85,12 @@ static void check_block(void *b) {
     bench_fail("larson: block %p holds tag %#llx (size field out of range)", b,
                (unsigned long long)tag);
   bench_check(b, sz, tag, "larson");
+  return sz;
+}
+
+static void free_block(void *b) {
+  size_t sz = check_block(b);
+  BLOCK_FREE(b, sz);
 }
 
 static void *worker(void *arg) {
@@ -73,8 +102,7 @@ static void *worker(void *arg) {
       w->slots[i] = make_block(&r);
   for (long k = 0; k < w->ops; k++) {
     long i = (long)bench_below(&r, (uint64_t)w->nslots);
-    check_block(w->slots[i]);
-    free(w->slots[i]);
+    free_block(w->slots[i]);
     void *p = make_block(&r);
     if (bench_below(&r, HANDOFF_ONE_IN) == 0) {
       void *q = atomic_exchange_explicit(&boxes[bench_below(&r, (uint64_t)nboxes)], p,
@@ -91,6 +119,8 @@ int main(int argc, char **argv) {
   bench_parse(argc, argv, &a, usage);
   int t = a.threads;
   if (a.n < 1) bench_die("-n must be >= 1");
+  if (a.mode && strcmp(a.mode, "uniform") != 0) bench_die("-m: only 'uniform' is known");
+  uniform_sizes = a.mode != NULL;
 
   nboxes = (long)t * BOXES_PER_THREAD;
   boxes = calloc((size_t)nboxes, sizeof(*boxes));
@@ -121,8 +151,7 @@ int main(int argc, char **argv) {
   long live = 0;
   for (int i = 0; i < t; i++) {
     for (long k = 0; k < a.n; k++) {
-      check_block(arrays[i][k]);
-      free(arrays[i][k]);
+      free_block(arrays[i][k]);
       live++;
     }
     free(arrays[i]);
@@ -130,12 +159,11 @@ int main(int argc, char **argv) {
   for (long b = 0; b < nboxes; b++) {
     void *p = atomic_load(&boxes[b]);
     if (p != NULL) {
-      check_block(p);
-      free(p);
+      free_block(p);
     }
   }
   double ops = (double)per * t * ROUNDS;
-  printf("RESULT larson time=%.4f threads=%d ops=%.0f mops_per_s=%.2f live_blocks=%ld\n", secs, t,
+  printf("RESULT " RESULT_NAME " time=%.4f threads=%d ops=%.0f mops_per_s=%.2f live_blocks=%ld\n", secs, t,
          ops, ops / secs / 1e6, live);
   free(boxes);
   free(w);

@@ -4,7 +4,7 @@
   python3 bench/run.py --demo       glibc vs magpie on a few workloads, readable report (~2 min)
   python3 bench/run.py --quick      every workload, every allocator, small sizes (< 5 min)
   python3 bench/run.py --full       every workload, every allocator, bigger sizes (< 30 min)
-  python3 bench/run.py --callgrind  instructions per malloc+free pair under valgrind
+  python3 bench/run.py --callgrind  instructions per malloc+free and new+delete pair (valgrind)
   python3 bench/run.py --scaling    the multi-threaded workloads at 1..16 threads (--threads)
 Filters: --allocators glibc,magpie  --workloads larson,server  (a group or a row name).
 See bench/README.md for the workloads and how to read the output.
@@ -145,6 +145,10 @@ def plan(mode, threads=None):
     for t in many:
         w.append(Workload("larson-t%d" % t, "larson",
                           "threads replace and swap random objects; threads replaced",
+                          ["-t", str(t), "-i", "3000000" if quick else "10000000"]))
+    for t in [2] if quick else [2, 8]:
+        w.append(Workload("larson-sized-t%d" % t, "larson_sized",
+                          "larson in C++: operator new and sized delete",
                           ["-t", str(t), "-i", "3000000" if quick else "10000000"]))
     for t in many:
         w.append(Workload("prodcons-t%d" % t, "prodcons", "half the threads allocate, half free",
@@ -933,46 +937,57 @@ def detail_table(rows, allocs, stats):
 
 # ---- callgrind ---------------------------------------------------------------------------
 
+# The pairs measured: (label, extra compiler arguments for bench/fastpath.c).
+CALLGRIND_PAIRS = [("malloc+free", []),
+                   ("new+sized delete", ["-DFASTPATH_NEW", "-lstdc++"])]
+
+
 def callgrind(args, allocs, outdir, machine):
-    """Instructions per malloc+free pair on the fast path, (Ir(N2) - Ir(N1)) / (N2 - N1)."""
+    """Instructions per malloc+free pair, and per C++ new + sized delete pair, on the fast path,
+    (Ir(N2) - Ir(N1)) / (N2 - N1)."""
     if shutil.which("valgrind") is None:
         sys.exit("run.py: valgrind not found (apt-get install valgrind)")
     tmp = os.path.join(BENCH, "results", "tmp")
     os.makedirs(tmp, exist_ok=True)
-    exe = os.path.join(tmp, "fastpath")
     cc = os.environ.get("CC", "cc")
-    subprocess.run([cc, "-O2", "-fno-builtin-malloc", "-fno-builtin-free", "-o", exe,
-                    os.path.join(BENCH, "fastpath.c")], check=True)
+    exes = []
+    for i, (label, extra) in enumerate(CALLGRIND_PAIRS):
+        exe = os.path.join(tmp, "fastpath%d" % i)
+        subprocess.run([cc, "-O2", "-fno-builtin-malloc", "-fno-builtin-free", "-o", exe,
+                        os.path.join(BENCH, "fastpath.c")] + extra, check=True)
+        exes.append((label, exe))
     n1, n2 = 100000, 300000
     sizes = [16 << i for i in range(7)]  # 16 .. 1024
     counts = {}
-    print("callgrind: instructions per malloc+free pair, (Ir(%d) - Ir(%d)) / %d, less the "
+    print("callgrind: instructions per pair, (Ir(%d) - Ir(%d)) / %d, less the "
           "benchmark loop's own" % (n2, n1, n2 - n1))
-    for name, preload, _ in allocs:
-        for size in sizes:
-            irs = []
-            for n in (n1, n2):
-                outf = os.path.join(tmp, "callgrind.out.%s.%d.%d" % (name, size, n))
-                argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + outf,
-                        exe, str(size), str(n)]
-                r = subprocess.run(argv, env=child_env(preload), capture_output=True, text=True,
-                                   timeout=600)
-                ir = None
-                if r.returncode == 0 and os.path.exists(outf):
-                    ir = total_minus_self(outf, "main")
-                    os.unlink(outf)
-                if ir is None:
-                    print("  %s size %d: valgrind failed: %s" % (name, size,
-                          (r.stderr.strip().splitlines() or ["?"])[-1]))
-                irs.append(ir)
-            if None not in irs:
-                counts[(name, size)] = (irs[1] - irs[0]) / float(n2 - n1)
-        print("  %-9s %s" % (name, "  ".join("%d:%s" % (s, "%.1f" % counts[(name, s)]
-                                                         if (name, s) in counts else "-")
-                                              for s in sizes)))
-    header = ["allocator"] + [str(s) for s in sizes]
-    body = [[name] + ["%.1f" % counts[(name, s)] if (name, s) in counts else "-" for s in sizes]
-            for name, _, _ in allocs]
+    for label, exe in exes:
+        for name, preload, _ in allocs:
+            for size in sizes:
+                irs = []
+                for n in (n1, n2):
+                    outf = os.path.join(tmp, "callgrind.out.%s.%d.%d" % (name, size, n))
+                    argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + outf,
+                            exe, str(size), str(n)]
+                    r = subprocess.run(argv, env=child_env(preload), capture_output=True,
+                                       text=True, timeout=600)
+                    ir = None
+                    if r.returncode == 0 and os.path.exists(outf):
+                        ir = total_minus_self(outf, "main")
+                        os.unlink(outf)
+                    if ir is None:
+                        print("  %s size %d: valgrind failed: %s" % (name, size,
+                              (r.stderr.strip().splitlines() or ["?"])[-1]))
+                    irs.append(ir)
+                if None not in irs:
+                    counts[(label, name, size)] = (irs[1] - irs[0]) / float(n2 - n1)
+            print("  %-16s %-9s %s" % (label, name, "  ".join(
+                "%d:%s" % (s, "%.1f" % counts[(label, name, s)]
+                           if (label, name, s) in counts else "-") for s in sizes)))
+    header = ["pair", "allocator"] + [str(s) for s in sizes]
+    body = [[label, name] + ["%.1f" % counts[(label, name, s)] if (label, name, s) in counts
+                             else "-" for s in sizes]
+            for label, _ in exes for name, _, _ in allocs]
     print()
     print(text_table(header, body))
     if args.no_save:
@@ -980,17 +995,20 @@ def callgrind(args, allocs, outdir, machine):
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = os.path.join(outdir, "callgrind-%s.md" % stamp)
     with open(path, "w") as f:
-        f.write("# Fast-path instructions per malloc+free pair (callgrind)\n\n")
+        f.write("# Fast-path instructions per pair (callgrind)\n\n")
         f.write(machine_md(machine, allocs))
         f.write("\nEach cell: (Ir(N=%d) - Ir(N=%d)) / %d for `bench/fastpath.c SIZE N` "
-                "(malloc(SIZE) then free, N times), so start-up cancels, and the loop's own "
-                "instructions (the self cost of main) are left out: what remains is malloc, free "
-                "and their PLT jumps. Under valgrind, rseq is unavailable, so allocators that "
-                "use it run their fallback path.\n\n" % (n2, n1, n2 - n1))
+                "(malloc(SIZE) then free, N times; built with -DFASTPATH_NEW, C++'s "
+                "operator new(SIZE) then operator delete(p, SIZE), with one block of the size "
+                "kept allocated throughout), so start-up cancels, and the loop's own "
+                "instructions (the self cost of main) are left out: what remains is the "
+                "allocator's two calls and their PLT jumps. Under valgrind, rseq is "
+                "unavailable, so allocators that use it run their fallback path.\n\n"
+                % (n2, n1, n2 - n1))
         f.write(md_table(header, body) + "\n")
     with open(path[:-3] + ".json", "w") as f:
         json.dump({"machine": machine, "n1": n1, "n2": n2,
-                   "counts": {"%s/%d" % k: v for k, v in counts.items()}}, f, indent=1)
+                   "counts": {"%s/%s/%d" % k: v for k, v in counts.items()}}, f, indent=1)
     print("\nwrote %s" % os.path.relpath(path))
 
 
