@@ -14,8 +14,11 @@ int main(void) {
     UCHECK(span / size >= 8);
     UCHECK(span % size <= span / 16 || (span == SC_SPAN_MAX && span % size < size));
     UCHECK(sc_span_for(size) == span);
-    for (uint32_t off = 0; off < span; off += 16) /* the multiply test agrees with % */
-      UCHECK(sc_is_object_start(c, off) == (off % size == 0));
+    /* the multiply test agrees with %, at every byte of a span, wherever the span is */
+    for (uint32_t off = 0; off < span; off++)
+      if (sc_is_object_start(c, off) != (off % size == 0) ||
+          sc_is_object_start(c, ((uintptr_t)0x7f5a << 32 | span * 3) + off) != (off % size == 0))
+        UCHECK(!"sc_is_object_start disagrees with %");
   }
   UCHECK(sc_info[SC_COUNT].size == SC_SMALL_MAX);
   UCHECK(sc_of(0) == 1 && sc_of(1) == 1 && sc_of(16) == 1 && sc_of(17) == 2);
