@@ -142,6 +142,9 @@ def plan(mode, threads=None):
         ]
     w.append(Workload("churn", "churn", "1 thread, 8..32K blocks freed LIFO/FIFO/random",
                       ["-i", "300" if quick else "1500", "-n", "1000"]))
+    w.append(Workload("simple", "simple",
+                      "batches of 25..1600 blocks of 16..64 B allocated, freed in order",
+                      ["-i", "300000" if quick else "2000000"]))
     for t in many:
         w.append(Workload("larson-t%d" % t, "larson",
                           "threads replace and swap random objects; threads replaced",
@@ -984,12 +987,35 @@ def callgrind(args, allocs, outdir, machine):
             print("  %-16s %-9s %s" % (label, name, "  ".join(
                 "%d:%s" % (s, "%.1f" % counts[(label, name, s)]
                            if (label, name, s) in counts else "-") for s in sizes)))
+    # bench/simple.c at a fixed size: the allocator's instructions per pair over batches, where
+    # magazine misses count too (the program's own, the self cost of pass, left out).
+    simple_exe = os.path.join(tmp, "simple")
+    subprocess.run([cc, "-O2", "-fno-builtin-malloc", "-fno-builtin-free", "-I", BENCH, "-o",
+                    simple_exe, os.path.join(BENCH, "simple.c"), "-lpthread"], check=True)
+    simple_iters, simple = 100000, {}
+    simple_pairs = simple_iters * 4 * 4 * 3  # batch sizes, passes (warm-up included), sizes
+    for name, preload, _ in allocs:
+        outf = os.path.join(tmp, "callgrind.out.simple.%s" % name)
+        r = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + outf,
+                            simple_exe, "-i", str(simple_iters)], env=child_env(preload),
+                           capture_output=True, text=True, timeout=900)
+        if r.returncode == 0 and os.path.exists(outf):
+            ir = total_minus_self(outf, "pass")
+            os.unlink(outf)
+            if ir is not None:
+                simple[name] = ir / float(simple_pairs)
+        print("  %-16s %-9s %s" % ("simple batches", name, "%.1f" % simple[name]
+                                   if name in simple else "valgrind failed"))
     header = ["pair", "allocator"] + [str(s) for s in sizes]
     body = [[label, name] + ["%.1f" % counts[(label, name, s)] if (label, name, s) in counts
                              else "-" for s in sizes]
             for label, _ in exes for name, _, _ in allocs]
+    simple_body = [[name, "%.1f" % simple[name] if name in simple else "-"]
+                   for name, _, _ in allocs]
     print()
     print(text_table(header, body))
+    print()
+    print(text_table(["allocator", "simple: per pair"], simple_body))
     if args.no_save:
         return
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -1006,9 +1032,16 @@ def callgrind(args, allocs, outdir, machine):
                 "unavailable, so allocators that use it run their fallback path.\n\n"
                 % (n2, n1, n2 - n1))
         f.write(md_table(header, body) + "\n")
+        f.write("\n`bench/simple.c -i %d` (batches of 25, 100, 400 and 1600 blocks of 16, 32 "
+                "and 64 bytes allocated, written and freed in order; %d pairs): the "
+                "allocator's instructions per pair, the program's own (the self cost of pass) "
+                "left out; magazine misses and refills count here.\n\n"
+                % (simple_iters, simple_pairs))
+        f.write(md_table(["allocator", "per pair"], simple_body) + "\n")
     with open(path[:-3] + ".json", "w") as f:
         json.dump({"machine": machine, "n1": n1, "n2": n2,
-                   "counts": {"%s/%s/%d" % k: v for k, v in counts.items()}}, f, indent=1)
+                   "counts": {"%s/%s/%d" % k: v for k, v in counts.items()},
+                   "simple_iters": simple_iters, "simple_per_pair": simple}, f, indent=1)
     print("\nwrote %s" % os.path.relpath(path))
 
 
