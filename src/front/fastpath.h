@@ -81,11 +81,12 @@ static MP_INLINE int fast_free_class_try(void *p, unsigned c) {
   return 0;
 }
 
-/* Pushes p onto the thread's magazine, or returns 0: the caller takes a slow path. */
+/* Pushes p onto the thread's magazine, or returns 0: the caller takes a slow path. A tag that
+   is no class (0: not magpie's; a large, sampled or profiled block's) fails the object-start
+   check (sizeclass.h), which so tests the tag too. */
 static MP_INLINE int fast_free_try(void *p) {
   uintptr_t e = pagemap_get((uintptr_t)p);
-  unsigned c = (unsigned)(e & PM_TAG_MASK);
-  return MP_LIKELY(c - 1u < SC_COUNT) && fast_free_class_try(p, c);
+  return fast_free_class_try(p, (unsigned)(e & PM_TAG_MASK));
 }
 
 /* fast_free_try of a block allocated with size bytes (C++ sized delete): the class from the

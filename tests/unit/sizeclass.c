@@ -21,6 +21,11 @@ int main(void) {
         UCHECK(!"sc_is_object_start disagrees with %");
   }
   UCHECK(sc_info[SC_COUNT].size == SC_SMALL_MAX);
+  /* a page-map tag that is no class is no object start anywhere (free's fast path relies on
+     it: src/front/fastpath.h) */
+  for (unsigned tag = 0; tag < SC_INFO_ENTRIES; tag = tag ? tag + 1 : SC_COUNT + 1)
+    for (uintptr_t a = 0; a < ((uintptr_t)1 << 22); a += 16)
+      if (sc_is_object_start(tag, ((uintptr_t)0x7f5a << 32) + a)) UCHECK(!"a tag passes");
   UCHECK(sc_of(0) == 1 && sc_of(1) == 1 && sc_of(16) == 1 && sc_of(17) == 2);
   for (size_t s = 1; s <= SC_SMALL_MAX; s++) {
     unsigned c = sc_of(s);
