@@ -151,8 +151,9 @@ def plan(mode, threads=None):
                           ["-t", str(t), "-i", "3000000" if quick else "10000000"]))
     for t in [2] if quick else [2, 8]:
         w.append(Workload("larson-sized-t%d" % t, "larson_sized",
-                          "larson in C++: operator new and sized delete",
-                          ["-t", str(t), "-i", "3000000" if quick else "10000000"]))
+                          "C++ server: new, sized delete, threads respawned unjoined",
+                          ["-t", str(t), "-i", "3000000" if quick else "10000000",
+                           "-n", "5000", "-m", "uniform,respawn"]))
     for t in many:
         w.append(Workload("prodcons-t%d" % t, "prodcons", "half the threads allocate, half free",
                           ["-t", str(t), "-i", "2000000" if quick else "8000000"]))
