@@ -30,6 +30,7 @@
  *      pools; it is a leaf below the thread registry.
  */
 #include "depot.h"
+#include "inject.h"
 #include "meta.h"
 #include "os.h"
 #include "slab.h"
@@ -72,6 +73,7 @@ static void depot_lock(depot_t *d) {
     lock_acquire(&d->lock);
     d->contended++;
   }
+  INJECT(INJECT_DEPOT);
 }
 
 static void push(mag_t **list, uint32_t *count, mag_t *m) {

@@ -39,6 +39,7 @@
  */
 #include "mag.h"
 #include "depot.h"
+#include "inject.h"
 #include "mag_fast.h"
 #include "mag_impl.h"
 #include "meta.h"
@@ -106,6 +107,7 @@ int64_t mag_sample_countdown(void) {
 }
 
 void mag_init(void) {
+  INJECT_START(opt.inject);
   mag_cpu_init();
   mag_reclaim_init();
   if (pthread_key_create(&mag_key, mag_thread_exit) != 0)
@@ -223,16 +225,17 @@ void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, bool cpu) {
 /* False also when t held no magazine at all (theory 6: obj goes home, and t gets an empty one
    for later). */
 bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj) {
+  if (t->loaded == &mag_empty) { /* the reaper took the pair, or it never had one */
+    mag_t *e = depot_empty_mag(cp);
+    if (e) t->loaded = e; /* prev, the sentinel too (mag.h), stays */
+    return false;
+  }
   mag_t *p = t->prev;
   if (p->n == p->cap) {
     size_t given = p->n * cp->size;
     mag_t *e = p == &mag_empty ? depot_empty_mag(cp) : depot_free_exchange(cp, p);
     if (!e) return false;
     mag_held_add(-(ptrdiff_t)given);
-    if (t->loaded == &mag_empty) { /* and so is prev */
-      t->loaded = e;
-      return false;
-    }
     p = e;
   }
   p->rounds[p->n++] = obj;

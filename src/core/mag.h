@@ -158,6 +158,9 @@ size_t mag_thread_stacks(uintptr_t *out, size_t max);
    the magazines, so enters its threads in the registry that mag_thread_stacks reads. */
 void mag_thread_register(void);
 
+/* Aborts with a report if an invariant of the magazine layer is broken (mag_check.c). */
+void mag_check(void);
+
 void mag_fork_prepare(void);
 void mag_fork_parent(void);
 bool mag_fork_child(void); /* true: other threads had caches */

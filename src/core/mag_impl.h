@@ -49,6 +49,7 @@ void mag_direct_free(cache_t *cp, void *obj);
 /* mag_percpu.c */
 #define MAG_SPREAD_RUNS 8 /* line-aligned runs in a CPU's first refill of a small class */
 void mag_cpu_init(void);
+mag_cpu_t *mag_cpu(unsigned cpu); /* CPU cpu's record, cpu < mag_cpu_count() */
 /* The per-CPU magazines for a thread starting as the live-th, or NULL: its own. */
 char *mag_cpu_for_thread(unsigned live);
 void mag_cpu_spread_lines(void **rounds, uint32_t n);

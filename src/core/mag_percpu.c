@@ -12,7 +12,9 @@
  *      pair and changes only the previous magazine, which no sequence touches; the new loaded
  *      one is stored by a sequence that commits only on that CPU (mag_cpu_install). A thread
  *      that moved meanwhile leaves the CPU's loaded magazine in place and parks the new one as
- *      the previous: nothing is lost or shared.
+ *      the previous: nothing is lost or shared. The sentinel is the exception: no sequence
+ *      commits on it, so it is replaced from any CPU, and a pair never holds the sentinel
+ *      loaded beside a real magazine (mag_check.c checks).
  *   3. Threads taking turns on a CPU get neighbouring objects from its magazines, and write
  *      the same lines once they run apart. So a CPU's refill from the slab layer is dealt out a
  *      line at a time (mag_cpu_spread_lines), and its first refill of a class of blocks smaller
@@ -24,6 +26,7 @@
  * one outside a sequence. It is taken after mag_registry_lock (front/fork.c writes the order).
  */
 #include "depot.h"
+#include "inject.h"
 #include "mag_impl.h"
 #include "options.h"
 #include "os.h"
@@ -40,7 +43,7 @@ static char *mag_cpus; /* mag_cpu_t[mag_ncpus], or NULL: magazines are per threa
 static unsigned mag_ncpus;
 static bool mag_cpu_fence; /* os_fence_rseq works: idle CPUs' loaded magazines can be taken */
 
-static mag_cpu_t *mag_cpu(unsigned cpu) {
+mag_cpu_t *mag_cpu(unsigned cpu) {
   return (mag_cpu_t *)(mag_cpus + (size_t)cpu * sizeof(mag_cpu_t));
 }
 
@@ -110,21 +113,29 @@ static mag_cpu_t *mag_cpu_lock(unsigned *cpu) {
   *cpu = (unsigned)rseq_cpu(mag_rseq_area);
   mag_cpu_t *mc = mag_cpu(*cpu);
   lock_acquire(&mc->lock);
+  INJECT(INJECT_CPU_LOCKED);
   STAT_ADD(mc->misses, 1);
   return mc;
 }
 
-/* Makes t, a copy of the CPU's pair of class c as a slow path left it, the CPU's. The loaded
-   magazine changes in a sequence on that CPU; if the thread has moved off it, the CPU keeps
-   its loaded magazine and the new one becomes the previous (the old previous is already in
-   the new one's place or the depot's). */
+/* Makes t, a copy of the CPU's pair of class c as a slow path left it, the CPU's. A loaded
+   magazine changes in a sequence on that CPU, since one of its sequences may still be working
+   on it; the sentinel, on which no sequence commits anything, is replaced from anywhere. If the
+   thread has moved off the CPU and a real magazine is loaded there, the CPU keeps it and the
+   new one becomes the previous (the old previous is already in the new one's place or the
+   depot's). Either way the sentinel stays loaded only beside the sentinel (mag.h). */
 static void mag_cpu_install(mag_cpu_t *mc, unsigned cpu, unsigned c, const mag_pair_t *t) {
   mag_pair_t *slot = &mc->mags[c];
-  if (t->loaded == slot->loaded ||
-      rseq_store_on(cpu, (void **)&slot->loaded, t->loaded, mag_rseq_area))
+  if (t->loaded == slot->loaded) {
     slot->prev = t->prev;
-  else
+  } else if (slot->loaded == &mag_empty) {
+    __atomic_store_n(&slot->loaded, t->loaded, __ATOMIC_RELEASE); /* its rounds first */
+    slot->prev = t->prev;
+  } else if (rseq_store_on(cpu, (void **)&slot->loaded, t->loaded, mag_rseq_area)) {
+    slot->prev = t->prev;
+  } else {
     slot->prev = t->loaded;
+  }
 }
 
 void *mag_cpu_alloc_miss(cache_t *cp, unsigned c) {
@@ -133,6 +144,7 @@ void *mag_cpu_alloc_miss(cache_t *cp, unsigned c) {
   mag_count_cache_miss(cp);
   mag_pair_t t = mc->mags[c];
   void *obj = mag_alloc_refill(cp, &t, true);
+  INJECT(INJECT_CPU_INSTALL);
   mag_cpu_install(mc, cpu, c, &t);
   lock_release(&mc->lock);
   return obj;
@@ -145,6 +157,7 @@ bool mag_cpu_free_miss(cache_t *cp, unsigned c, void *obj) {
   mag_count_cache_miss(cp);
   mag_pair_t t = mc->mags[c];
   bool kept = mag_free_room(cp, &t, obj);
+  INJECT(INJECT_CPU_INSTALL);
   mag_cpu_install(mc, cpu, c, &t);
   lock_release(&mc->lock);
   return kept;
@@ -169,6 +182,7 @@ void mag_cpu_reclaim(bool all) {
           taken = true;
         }
       }
+      if (taken) INJECT(INJECT_CPU_PARKED);
       bool fenced = taken && os_fence_rseq(i);
       for (unsigned c = 1; c <= SC_COUNT && taken; c++)
         if (loaded[c] != &mag_empty) {

@@ -356,7 +356,9 @@ int main(int argc, char **argv) {
   }
   pthread_t t;
   UCHECK(pthread_create(&t, NULL, consumer, NULL) == 0 && pthread_join(t, NULL) == 0);
+  mag_check(); /* the consumer's magazines in the depot, this thread's own in its pairs */
   magpie_trim();
+  mag_check();
   UCHECK(unit_total_slabs() == 0);
 
   /* 3. object cache: construct on entry, keep state across free/alloc, destruct on reap */
