@@ -24,9 +24,9 @@
  *      that many magazines were not needed during the interval, so depot_reap returns exactly
  *      those to the slab layer (their rounds) and to the metadata pool (the magazines).
  *   4. Bound: past DEPOT_FULL_BYTES_MAX of objects in full magazines, a freeing thread's full
- *      magazine goes back to the slab layer instead, so a burst of frees in one class cannot
- *      hold memory that other classes need (their slabs empty and go back to the arena). The
- *      bound is per cache and small (256 KiB, a few magazines): cached objects freed in
+ *      magazine goes back to the slab layer instead (the caller drains it: mag.c), so a burst of
+ * frees in one class cannot hold memory that other classes need (their slabs empty and go back to
+ * the arena). The bound is per cache and small (256 KiB, a few magazines): cached objects freed in
  *      random order each pin a slab (docs/decisions/depot-bound.md). A depot through which
  *      threads pass magazines (a window of DEPOT_HOT_EXCHANGES exchanges with both gives and
  *      takes) keeps up to DEPOT_FLOW_BYTES for DEPOT_FLOW_NS after: producers and consumers
@@ -162,9 +162,7 @@ mag_t *depot_free_exchange(cache_t *cp, mag_t *give) {
   depot_lock(d);
   size_t kept = (size_t)d->nfull * d->cap * cp->size;
   if (kept >= DEPOT_FULL_BYTES_MAX && kept >= depot_bound(d)) {
-    lock_release(&d->lock); /* full enough: these objects go back to their slabs */
-    slab_free(cp, give->rounds, give->n);
-    give->n = 0;
+    lock_release(&d->lock); /* full enough: the caller gives these objects back to the slabs */
     return give;
   }
   mag_t *m = pop(&d->empty, &d->nempty, &d->empty_min);

@@ -32,7 +32,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #define WORKERS 8
 #define OPS 150000
@@ -142,30 +141,21 @@ static void *fold_user(void *arg) {
   return NULL;
 }
 
-/* Breaks the magazine layer with breaker in a child process, then runs the checker there: it
-   must abort with a report that contains expect. */
+/* Breaks the magazine layer with breaker in a child process (unit_in_child), then runs the
+   checker there: it must abort with a report that contains expect. */
 #define BROKEN_CLASS 3
+static void (*breaker_now)(mag_pair_t *pair, cache_t *cp);
+
+static void break_and_check(void *arg) {
+  (void)arg;
+  breaker_now(&mag_cpu(0)->mags[BROKEN_CLASS], &malloc_caches[BROKEN_CLASS]);
+  mag_check();
+}
+
 static void check_catches(void (*breaker)(mag_pair_t *pair, cache_t *cp), const char *expect) {
-  int fds[2];
-  UCHECK(pipe(fds) == 0);
-  pid_t pid = fork();
-  UCHECK(pid >= 0);
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    breaker(&mag_cpu(0)->mags[BROKEN_CLASS], &malloc_caches[BROKEN_CLASS]);
-    mag_check();
-    _exit(0);
-  }
-  close(fds[1]);
   static char report[4096];
-  size_t len = 0;
-  for (ssize_t n;
-       len + 1 < sizeof report && (n = read(fds[0], report + len, sizeof report - 1 - len)) > 0;)
-    len += (size_t)n;
-  report[len] = '\0';
-  close(fds[0]);
-  int status;
-  UCHECK(waitpid(pid, &status, 0) == pid);
+  breaker_now = breaker;
+  int status = unit_in_child(break_and_check, NULL, report, sizeof report);
   UCHECK(WIFSIGNALED(status) && strstr(report, expect) != NULL);
 }
 
