@@ -85,7 +85,7 @@ static size_t cache_reap(bool everything, size_t keep_dirty) {
   return given + hugepage_reap(keep_dirty, everything);
 }
 
-/* Reaps every reap_ms and publishes the live statistics every publish_ms (stats.c), waking for
+/* Reaps every reap_ms and publishes the live statistics every publish_ms (stats_live.c), waking for
    whichever is sooner. */
 static void *reaper_main(void *arg) {
   (void)arg;
