@@ -30,6 +30,19 @@ static void text_line(report_buf_t *b, const char *label, uint64_t v, bool bytes
   report_str(b, "\n");
 }
 
+/* A table's cell: v in width characters, with thousands separators (commas) or without, and a
+   space before it when it fills its column or more, so that no figure (up to 2^64: 26
+   characters with separators) runs into the column before. */
+static void text_cell(report_buf_t *b, uint64_t v, int width, bool commas) {
+  char digits[REPORT_DEC_MAX];
+  int n = report_format_dec(digits, v);
+  if (n + (commas ? (n - 1) / 3 : 0) >= width) report_str(b, " ");
+  if (commas)
+    report_count_width(b, v, width);
+  else
+    report_dec_width(b, v, width);
+}
+
 /* The indices of the n rows with the largest key, largest first (insertion into top). */
 static unsigned text_top(uint32_t count, uint64_t (*key)(uint32_t i), uint32_t top[STATS_TOP_ROWS],
                          unsigned *used) {
@@ -54,7 +67,8 @@ static uint64_t class_allocs(uint32_t i) {
 }
 
 static uint64_t lock_waited(uint32_t i) {
-  return SNAP_LOCK(i)->contended ? SNAP_LOCK(i)->wait_ns + 1 : 0;
+  uint64_t waited = SNAP_LOCK(i)->wait_ns; /* + 1: a contended lock that waited 0 ns still counts */
+  return SNAP_LOCK(i)->contended ? waited + (waited < UINT64_MAX) : 0;
 }
 
 static void text_table_head(report_buf_t *b, const char *what, unsigned n, unsigned used,
@@ -112,13 +126,13 @@ void stats_write_text(report_buf_t *b) {
     for (unsigned i = 0; i < n; i++) {
       const magpie_area_class_t *r = SNAP_CLASS(top[i]);
       report_str(b, "  ");
-      report_count_width(b, r->size, 12);
-      report_count_width(b, r->allocs, 13);
-      report_count_width(b, r->frees, 13);
+      text_cell(b, r->size, 12, true);
+      text_cell(b, r->allocs, 13, true);
+      text_cell(b, r->frees, 13, true);
       report_bytes_width(b, r->live_bytes, 13);
-      report_count_width(b, r->misses, 9);
-      report_count_width(b, r->slabs, 7);
-      report_dec_width(b, r->mag_rounds, 4);
+      text_cell(b, r->misses, 9, true);
+      text_cell(b, r->slabs, 7, true);
+      text_cell(b, r->mag_rounds, 4, false);
       report_str(b, "\n");
     }
   }
@@ -137,9 +151,9 @@ void stats_write_text(report_buf_t *b) {
       const magpie_area_lock_t *r = SNAP_LOCK(top[i]);
       report_str(b, "    ");
       report_str_width(b, r->name, 20);
-      report_count_width(b, r->acquisitions, 15);
-      report_count_width(b, r->contended, 13);
-      report_count_width(b, r->wait_ns / 1000000, 13);
+      text_cell(b, r->acquisitions, 15, true);
+      text_cell(b, r->contended, 13, true);
+      text_cell(b, r->wait_ns / 1000000, 13, true);
       report_str(b, "\n");
     }
   }
