@@ -192,15 +192,18 @@ static void snap_object_cache(cache_t *cp, void *arg) {
 }
 
 /* The huge-page figures (hugepage.c), from /proc/self/smaps: read for every report, for the
-   live area at most once per HUGE_READ_NS (stats_lock). */
+   live area at most once per HUGE_READ_NS, and not for its first snapshot, taken as the process
+   starts (nothing is on huge pages yet, and reading smaps would cost most of it) (stats_lock). */
 #define HUGE_READ_NS ((uint64_t)1000000000)
 hugepage_stats_t stats_huge;
 static uint64_t stats_huge_read_ns;
 
 void stats_snapshot(bool report) {
   uint64_t now = os_now_ns();
-  if (report || !stats_huge_read_ns || now - stats_huge_read_ns >= HUGE_READ_NS) {
+  if (report || (stats_huge_read_ns && now - stats_huge_read_ns >= HUGE_READ_NS)) {
     hugepage_stats(&stats_huge);
+    stats_huge_read_ns = now;
+  } else if (!stats_huge_read_ns) {
     stats_huge_read_ns = now;
   }
   mag_totals(&stats_totals_buf);

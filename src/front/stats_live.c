@@ -7,6 +7,9 @@
  *      publish_ms (reap_ms by default) under a sequence lock (seq odd while writing), so a
  *      reader in another process (tools/magpie live.c) copies it without stopping this one
  *      (docs/decisions/obs-stats-area.md).
+ *   2. The first publish comes at the first call, as the process starts (its first slow path's
+ *      reap tick, or the reaper thread's start), so that a young or idle process has an area;
+ *      a fork's child keeps its parent's clock and publishes at the next due time.
  */
 #include "options.h"
 #include "stats.h"
@@ -51,14 +54,13 @@ static void stats_area_write(void) {
 void stats_publish(uint64_t now) {
   size_t ms = opt.publish_ms ? opt.publish_ms : opt.reap_ms;
   uint64_t due = __atomic_load_n(&stats_publish_due, __ATOMIC_RELAXED);
-  if (due == 0) { /* the first call starts the clock: a short process never publishes */
-    __atomic_compare_exchange_n(&stats_publish_due, &due, now + (uint64_t)ms * 1000000u, false,
-                                __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-    return;
-  }
-  if (now < due ||
-      !__atomic_compare_exchange_n(&stats_publish_due, &due, now + (uint64_t)ms * 1000000u, false,
-                                   __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+  if (due == 0) { /* the first call (bring-up's first miss, the reaper's start) publishes */
+    if (!__atomic_compare_exchange_n(&stats_publish_due, &due, now + (uint64_t)ms * 1000000u, false,
+                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+      return;
+  } else if (now < due ||
+             !__atomic_compare_exchange_n(&stats_publish_due, &due, now + (uint64_t)ms * 1000000u,
+                                          false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
     return;
   lock_acquire(&stats_lock);
   if (!stats_area_refused) {
