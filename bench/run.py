@@ -937,7 +937,7 @@ def callgrind(args, allocs, outdir, machine):
     """Instructions per malloc+free pair on the fast path, (Ir(N2) - Ir(N1)) / (N2 - N1)."""
     if shutil.which("valgrind") is None:
         sys.exit("run.py: valgrind not found (apt-get install valgrind)")
-    tmp = os.path.join(BENCH, "results", "tmp")
+    tmp = os.path.join(outdir, "tmp")
     os.makedirs(tmp, exist_ok=True)
     exe = os.path.join(tmp, "fastpath")
     cc = os.environ.get("CC", "cc")
@@ -1149,8 +1149,8 @@ def main():
                          "magpie[SET], alternating with the others, and add a table of time and "
                          "peak RSS per set with the ratio of the first to the second")
     ap.add_argument("--reps", type=int, help="repetitions (default: the mode's)")
-    ap.add_argument("--out", help="directory for the results files (default bench/results; "
-                                  "for --demo BUILD/results, out of git's sight)")
+    ap.add_argument("--out", help="directory for the results files (default BUILD/results, "
+                                  "out of git's sight)")
     ap.add_argument("--no-deps", action="store_true", help="do not run scripts/bench-deps.sh")
     ap.add_argument("--no-save", action="store_true", help="print only; write no files")
     ap.add_argument("--list", action="store_true", help="list the mode's workloads and exit")
@@ -1158,8 +1158,7 @@ def main():
     args = ap.parse_args()
     mode = args.mode or "quick"
     if args.out is None:
-        args.out = os.path.join(args.build, "results") if mode == "demo" else \
-            os.path.join(BENCH, "results")
+        args.out = os.path.join(args.build, "results")
     if args.mode is None:
         print("run.py: no mode given, running --quick (see --help)")
     try:

@@ -1,7 +1,7 @@
 /*
- * mag_impl: what the magazine layer's files share and nothing else uses: mag.c (thread caches,
- * the registry, the slow paths), mag_percpu.c (per-CPU magazines), mag_slots.c (object-cache
- * slots) and mag_reclaim.c (the reaper's parking). Other layers use mag.h and mag_fast.h.
+ * mag_impl: private to the magazine files (mag*.c; scripts/check-layers.py checks): mag.c (thread
+ * caches, the registry, the slow paths), mag_percpu.c (per-CPU magazines), mag_slots.c (object-
+ * cache slots), mag_reclaim.c (the reaper's parking). Everyone else uses mag.h and mag_fast.h.
  */
 #ifndef MAGPIE_MAG_IMPL_H
 #define MAGPIE_MAG_IMPL_H

@@ -1,6 +1,6 @@
 /*
- * debug_impl: what the files of debug mode share with one another. Private to src/debug/; the
- * front layer sees only debug.h.
+ * debug_impl: what the files of debug mode share with one another. Private to the debug*.c files
+ * (scripts/check-layers.py checks); the front layer sees only debug.h.
  *
  *   debug_flags.c    MAGPIE_DEBUG parsed into debug_flags
  *   debug_chunks.c   the memory under a block, from the layers below
