@@ -330,7 +330,7 @@ static int by_start(const void *a, const void *b) {
 /* Direct leaks before indirect ones (as LeakSanitizer prints them), each the larger first. */
 static int by_bytes(const void *a, const void *b) {
   const group_t *g = a, *h = b;
-  if (g->kind != h->kind) return g->kind == LEAK_DIRECT ? 1 : -1;
+  if (g->kind != h->kind) return g->kind == LEAK_DIRECT ? -1 : 1;
   size_t x = g->bytes, y = h->bytes;
   return x < y ? 1 : x > y ? -1 : 0;
 }

@@ -15,6 +15,8 @@
  *                  below its stack pointer): direct
  *   thread_exited  3 blocks a thread dropped before it exited (its stack may stay mapped, in
  *                  glibc's cache of stacks): direct
+ *   thread_churn   8 rounds of 16 threads at once, each dropping 3 blocks and exiting (their
+ *                  exits recorded concurrently, their stacks reused from glibc's cache): direct
  *   cycle          two blocks pointing to each other, nothing else to them: both indirect (no
  *                  block of the cycle is more direct than the other)
  *   fork           a child leaks 4242 bytes and exits: the child's report lists them
@@ -179,6 +181,14 @@ int main(int argc, char **argv) {
   } else if (strcmp(name, "thread_exited") == 0) {
     if (pthread_create(&t, NULL, exiting_thread, NULL) != 0 || pthread_join(t, NULL) != 0)
       return 2;
+  } else if (strcmp(name, "thread_churn") == 0) {
+    for (int round = 0; round < 8; round++) {
+      pthread_t many[16];
+      for (int i = 0; i < 16; i++)
+        if (pthread_create(&many[i], NULL, exiting_thread, NULL) != 0) return 2;
+      for (int i = 0; i < 16; i++)
+        if (pthread_join(many[i], NULL) != 0) return 2;
+    }
   } else if (strcmp(name, "cycle") == 0) {
     make_cycle();
   } else if (strcmp(name, "fork") == 0) {

@@ -10,7 +10,8 @@ PROGRAM runs with LIBMAGPIE preloaded and MAGPIE_DEBUG=FLAGS (default: default);
 report (every process's, on stderr) becomes a set of (kind, site, blocks, bytes): kind is
 direct or indirect, site the first function of the allocation stack whose name starts with
 site_ (the program's allocating functions), "other" if none does. The test fails unless the two
-sets are equal, and unless LeakSanitizer's names site_control (every case leaks it: a run with
+sets are equal, magpie lists each report's direct leaks before its indirect ones (as
+LeakSanitizer), and LeakSanitizer names site_control (every case leaks it: a run with
 no report from magpie cannot pass).
 """
 import argparse
@@ -94,6 +95,10 @@ def main():
     if lsan_rc != 0 or magpie_rc != 0:
         failures.append("exit statuses %d (LeakSanitizer), %d (magpie), wanted 0" %
                         (lsan_rc, magpie_rc))
+    for report in magpie_text.split("magpie: leak report:")[1:]:
+        kinds = re.findall(r"^magpie: (direct|indirect) leak of", report, re.M)
+        if kinds != sorted(kinds):
+            failures.append("magpie lists a direct leak after an indirect one")
     if ("direct", "site_control") not in lsan:
         failures.append("LeakSanitizer did not report site_control: the oracle did not run")
     for key in sorted(set(lsan) | set(mine)):
