@@ -67,6 +67,14 @@ static int capture_stack(uintptr_t *stack) {
   return n;
 }
 
+/* With `leaks`, a thread that allocates or frees enters the registry, whose stacks are roots
+   (debug_leaks.c), and its exit will be recorded: the stack it leaves is none. */
+static void register_thread(void) {
+  if (!debug_flags.leaks_unreachable) return;
+  mag_thread_register();
+  debug_leaks_thread_start();
+}
+
 /* ---- allocation ---- */
 
 void *debug_alloc(size_t size, size_t align, int kind, bool zero) {
@@ -76,10 +84,7 @@ void *debug_alloc(size_t size, size_t align, int kind, bool zero) {
     return NULL;
   }
   int depth = capture_stack(stack);
-  if (debug_flags.leaks_unreachable) {
-    mag_thread_register();      /* its stack is a root (debug_leaks.c) */
-    debug_leaks_thread_start(); /* and its exit leaves a stack that is none */
-  }
+  register_thread();
   bool guard = debug_flags.guards && (debug_flags.guards_all || size > DEBUG_GUARD_MIN);
   size_t front = debug_flags.redzone && align <= 16 ? DEBUG_FRONT : 0;
   chunk_t c;
@@ -241,6 +246,7 @@ static void free_internal(void *p, size_t size, size_t align, int kind, const ch
 
 void debug_free(void *p, size_t size, size_t align, int kind) {
   if (!p) return;
+  register_thread();
   free_internal(p, size, align, kind, free_name(size, align, kind));
 }
 

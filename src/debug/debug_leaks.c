@@ -14,29 +14,27 @@
  *      nothing leaked. leaks=all lists every block never freed, without a scan.
  *   3. The roots: the writable segments and this thread's TLS block of every loaded object
  *      (dl_iterate_phdr; magpie's own left out); this thread's stack from the frame of
- *      debug_at_exit to the top of its mapping (/proc/self/maps; magpie's own frames below it
- *      are left out, as their dead slots hold block addresses); the stack of every other live
- *      thread that allocated from its stack pointer up (read from /proc/self/task/TID/syscall
- *      while the thread waits in the kernel; the frames below it are dead and their stale
- *      slots would keep what the thread dropped), the whole mapping if the thread keeps
- *      running (the top of a glibc thread's mapping also holds its descriptor and TLS); and
- *      every other writable anonymous mapping (the loader's own allocations, an interpreter's
- *      arenas such as Python's) less the ranges magpie mapped (os_tracked: its slabs, records
- *      and metadata hold block addresses that are no program pointer, and its slabs hold the
- *      blocks themselves, leaked or freed), less the thread stacks above and less the stacks
- *      that exited threads left in glibc's cache of stacks (recorded as each thread that
- *      allocated exits; dead frames, but for the descriptor at their top, which glibc keeps
- *      and which holds its DTV). The report is made at exit, after main returned or from
- *      exit(), so no register of this thread holds a pointer that its frames above the
- *      report's do not. Then the mark goes on transitively through the marked blocks. Any
- *      aligned word whose value falls inside a live block (interior pointers included) marks
- *      it. Other threads still run: memory that is not a loaded object's is copied before it
- *      is read (os_read_self, which survives a thread that exits and unmaps its stack
+ *      debug_at_exit to the top of its mapping (/proc/self/maps; magpie's own frames below it are
+ *      left out, as their dead slots hold block addresses); the stack of every other live thread
+ *      that allocated or freed from its stack pointer up (read from /proc/self/task/TID/syscall
+ *      while the thread waits in the kernel; the frames below it are dead and their stale slots
+ *      would keep what the thread dropped), the whole mapping if the thread keeps running (the top
+ *      of a glibc thread's mapping also holds its descriptor and TLS); and every other writable
+ *      anonymous mapping (the loader's own allocations, an interpreter's arenas such as Python's)
+ *      less the ranges magpie mapped (os_tracked: its slabs, records and metadata hold block
+ *      addresses that are no program pointer, and its slabs hold the blocks themselves, leaked or
+ *      freed), less the thread stacks above and less the stacks that exited threads left in glibc's
+ *      cache of stacks (recorded as each thread that allocated or freed exits; dead frames, but for
+ *      the descriptor at their top, which glibc keeps and which holds its DTV). The report is made
+ *      at exit, after main returned or from exit(), so no register of this thread holds a pointer
+ *      that its frames above the report's do not. Then the mark goes on transitively through the
+ *      marked blocks. Any aligned word whose value falls inside a live block (interior pointers
+ *      included) marks it. Other threads still run: memory that is not a loaded object's is copied
+ *      before it is read (os_read_self, which survives a thread that exits and unmaps its stack
  *      meanwhile), resident pages only, and their registers are not roots, so a block only a
- *      register of theirs holds is reported, and so is one a thread stored below the stack
- *      pointer it had when it was read. Where magpie's ranges are not known (the table
- *      overflowed), anonymous mappings other than thread stacks are not roots: more blocks
- *      are reported.
+ *      register of theirs holds is reported, and so is one a thread stored below the stack pointer
+ *      it had when it was read. Where magpie's ranges are not known (the table overflowed),
+ *      anonymous mappings other than thread stacks are not roots: more blocks are reported.
  *   4. Memory: the block list, the mark stack and the groups are mapped for the report and
  *      unmapped after it; nothing comes from the heap. Records are collected and marked under
  *      debug_lock; the roots are gathered before it (dl_iterate_phdr takes the loader's lock)
@@ -212,34 +210,37 @@ static void find_stacks(uintptr_t from) {
 }
 
 /* The stacks of exited threads that are still mapped (in glibc's cache) and that no live
-   thread runs on: dead memory, left out of the roots, but for the thread descriptor at their
-   top, which glibc keeps with the stack (it holds the DTV, glibc's, kept for the next thread).
-   The recorded descriptor must lie in the same mapping (on x86-64, its first and third words
-   pointing to itself, as glibc's TCB does): a mapping reused for something else is scanned.
-   Sets nexited and exited_lo/hi/self. */
+   thread of the registry runs on (one that never allocated nor freed is in none, and its stack
+   would be left out too, a limit docs/debug.md gives): dead memory, left out of the roots, but for
+   the thread descriptor at their top, which glibc keeps with the stack (it holds the DTV, glibc's,
+   kept for the next thread). The recorded descriptor must lie in the same mapping (on x86-64, its
+   first and third words pointing to itself, as glibc's TCB does): a mapping reused for something
+   else is scanned. Sets nexited and exited_lo/hi/self. */
 static void find_exited_stacks(void) {
+  static uintptr_t at[2 * LEAK_EXITED_MAX], lo[2 * LEAK_EXITED_MAX], hi[2 * LEAK_EXITED_MAX];
   size_t claimed = __atomic_load_n(&exited_next, __ATOMIC_RELAXED);
   size_t n = claimed < LEAK_EXITED_MAX ? claimed : LEAK_EXITED_MAX, kept = 0;
-  uintptr_t at[2];
   for (size_t i = 0; i < n; i++) {
-    at[0] = __atomic_load_n(&exited[i].frame, __ATOMIC_RELAXED);
-    at[1] = __atomic_load_n(&exited[i].self, __ATOMIC_RELAXED);
-    uintptr_t lo[2], hi[2];
-    os_mappings(at, 2, lo, hi);
-    if (!hi[0] || lo[0] != lo[1] || hi[0] != hi[1]) continue;
+    at[2 * i] = __atomic_load_n(&exited[i].frame, __ATOMIC_RELAXED);
+    at[2 * i + 1] = __atomic_load_n(&exited[i].self, __ATOMIC_RELAXED);
+  }
+  os_mappings(at, 2 * n, lo, hi); /* one read of /proc/self/maps for them all */
+  for (size_t i = 0; i < n; i++) {
+    uintptr_t self = at[2 * i + 1], stack_lo_i = lo[2 * i], stack_hi_i = hi[2 * i];
+    if (!stack_hi_i || stack_lo_i != lo[2 * i + 1] || stack_hi_i != hi[2 * i + 1]) continue;
 #if defined(__x86_64__)
     uintptr_t tcb[3];
-    if (at[1] + sizeof tcb > hi[0] || os_read_self(tcb, at[1], sizeof tcb) != sizeof tcb ||
-        tcb[0] != at[1] || tcb[2] != at[1])
+    if (self + sizeof tcb > stack_hi_i || os_read_self(tcb, self, sizeof tcb) != sizeof tcb ||
+        tcb[0] != self || tcb[2] != self)
       continue;
 #endif
-    bool live = false;
+    bool live = false; /* a thread that allocated or freed runs on it again */
     for (size_t s = 0; s <= nstacks && !live; s++)
-      live = stack_lo[s] == lo[0];
+      live = stack_lo[s] == stack_lo_i;
     if (!live) {
-      exited_lo[kept] = lo[0];
-      exited_self[kept] = at[1];
-      exited_hi[kept++] = hi[0];
+      exited_lo[kept] = stack_lo_i;
+      exited_self[kept] = self;
+      exited_hi[kept++] = stack_hi_i;
     }
   }
   nexited = kept;
