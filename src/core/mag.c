@@ -481,11 +481,14 @@ void mag_thread_register(void) {
   (void)mag_self();
 }
 
-size_t mag_thread_stacks(uintptr_t *out, size_t max) {
+size_t mag_thread_stacks(uintptr_t *stacks, uint32_t *tids, size_t max) {
   size_t n = 0;
   lock_acquire(&mag_registry_lock);
   for (tcache_t *tc = mag_registry.next; tc != &mag_registry && n < max; tc = tc->next)
-    if (tc != mag_tls) out[n++] = tc->stack;
+    if (tc != mag_tls) {
+      stacks[n] = tc->stack;
+      tids[n++] = tc->tid;
+    }
   lock_release(&mag_registry_lock);
   return n;
 }
