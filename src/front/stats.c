@@ -193,7 +193,7 @@ static void snap_object_cache(cache_t *cp, void *arg) {
 
 /* The huge-page figures (hugepage.c), from /proc/self/smaps: read for every report, for the
    live area at most once per HUGE_READ_NS, and not for its first snapshot, taken as the process
-   starts (nothing is on huge pages yet, and reading smaps would cost most of it) (stats_lock). */
+   is young (nothing is on huge pages yet, and reading smaps would cost most of it) (stats_lock). */
 #define HUGE_READ_NS ((uint64_t)1000000000)
 hugepage_stats_t stats_huge;
 static uint64_t stats_huge_read_ns;
