@@ -22,8 +22,10 @@
 set -u
 case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
 here=$(cd "$here" && pwd)
-[ -e "$here/plan.txt" ] && [ -e "$here/allocators.txt" ] ||
-  { echo "run.sh: $here holds no plan.txt and allocators.txt (build it with bench/bundle.sh)" >&2; exit 2; }
+if [ ! -e "$here/plan.txt" ] || [ ! -e "$here/allocators.txt" ]; then
+  echo "run.sh: $here holds no plan.txt and allocators.txt (bench/bundle.sh builds them)" >&2
+  exit 2
+fi
 out=${1:-${OUT:-$here/out}}
 REPS=${REPS:-2}
 BUDGET_S=${BUDGET_S:-500}
@@ -105,7 +107,7 @@ echo "rep,workload,threads,allocator,status,wall_s,maxrss_kib,result" > "$csv"
 ended=complete
 runs=0
 rep=1
-while [ $rep -le "$REPS" ] && [ $ended = complete ]; do
+while [ $rep -le "$REPS" ] && [ "$ended" = complete ]; do
   while IFS='|' read -r wl t prog args; do
     member "$wl" "${WORKLOADS:-}" && member "$t" "${THREADS:-}" || continue
     # This repetition's order: the allocators rotated by (rep - 1).
@@ -153,7 +155,8 @@ while [ $rep -le "$REPS" ] && [ $ended = complete ]; do
         echo "rep $rep $wl t=$t $name: ${wall}s ${rss}KiB"
       else
         echo "rep $rep $wl t=$t $name: FAILED status=$status"
-        { echo "== rep $rep $wl t=$t $name: status $status"; cat "$tmp/stderr"; } >> "$out/failures.log"
+        { echo "== rep $rep $wl t=$t $name: status $status"; cat "$tmp/stderr"; } \
+          >> "$out/failures.log"
       fi
     done
   done < "$here/plan.txt"

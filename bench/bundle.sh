@@ -38,7 +38,8 @@ libdir=/usr/lib/x86_64-linux-gnu
 
 progs="larson prodcons threadchurn mstress servermix falseshare rusage"
 for p in $progs; do
-  [ -x "$build/bench/bench_$p" ] || { echo "bundle: $build/bench/bench_$p not built (make build)" >&2; exit 1; }
+  [ -x "$build/bench/bench_$p" ] ||
+    { echo "bundle: $build/bench/bench_$p not built (make build)" >&2; exit 1; }
 done
 [ -e "$build/libmagpie.so" ] || { echo "bundle: $build/libmagpie.so not built" >&2; exit 1; }
 [ $fetch = no ] || "$root/scripts/peer-mimalloc3.sh" "$build/peers/mimalloc3"
@@ -46,18 +47,20 @@ done
 rm -rf "$dest"
 mkdir -p "$dest/lib"
 # name|library|version of each allocator; glibc preloads nothing.
-glibc_version=$(getconf GNU_LIBC_VERSION)
-printf 'glibc||%s\n' "$glibc_version" > "$dest/allocators.txt"
+printf 'glibc||glibc %s\n' "$(getconf GNU_LIBC_VERSION | cut -d' ' -f2)" > "$dest/allocators.txt"
 add_lib() { # name source version
   cp -L "$2" "$dest/$(basename "$2")"
   printf '%s|%s|%s\n' "$1" "$(basename "$2")" "$3" >> "$dest/allocators.txt"
 }
-pkgver() { dpkg-query -W -f '${Version}' "$1" 2>/dev/null || echo '?'; }
-add_lib magpie "$build/libmagpie.so" "git $(git -C "$root" describe --always --dirty), built $(date -r "$build/libmagpie.so" '+%Y-%m-%d %H:%M')"
-[ -e $libdir/libjemalloc.so.2 ] && add_lib jemalloc $libdir/libjemalloc.so.2 "libjemalloc2 $(pkgver libjemalloc2)"
-[ -e $libdir/libtcmalloc_minimal.so.4 ] &&
-  add_lib tcmalloc $libdir/libtcmalloc_minimal.so.4 "libtcmalloc-minimal4 $(pkgver libtcmalloc-minimal4)"
-[ -e $libdir/libmimalloc.so.2 ] && add_lib mimalloc $libdir/libmimalloc.so.2 "libmimalloc2.0 $(pkgver libmimalloc2.0)"
+add_deb() { # name library package
+  [ -e "$libdir/$2" ] || return 0
+  add_lib "$1" "$libdir/$2" "$3 $(dpkg-query -W -f '${Version}' "$3" 2>/dev/null || echo '?')"
+}
+built=$(date -r "$build/libmagpie.so" '+%Y-%m-%d %H:%M')
+add_lib magpie "$build/libmagpie.so" "git $(git -C "$root" describe --always --dirty), built $built"
+add_deb jemalloc libjemalloc.so.2 libjemalloc2
+add_deb tcmalloc libtcmalloc_minimal.so.4 libtcmalloc-minimal4
+add_deb mimalloc libmimalloc.so.2 libmimalloc2.0
 m3=$build/peers/mimalloc3/cmeel.prefix/lib/libmimalloc.so.3
 [ -e "$m3" ] && add_lib mimalloc3 "$m3" "cmeel-mimalloc 3.4.3 (PyPI)"
 
@@ -67,12 +70,14 @@ done
 # Every library the programs and allocators load, by the name they ask for (ldd: "name => path").
 for f in "$dest"/bench_* "$dest"/lib*.so*; do
   ldd "$f" 2>/dev/null | while read -r name arrow path _; do
-    [ "$arrow" = "=>" ] && [ -e "$path" ] && [ ! -e "$dest/lib/$name" ] && cp -L "$path" "$dest/lib/$name"
-    :
+    if [ "$arrow" = "=>" ] && [ -e "$path" ] && [ ! -e "$dest/lib/$name" ]; then
+      cp -L "$path" "$dest/lib/$name"
+    fi
   done
 done
 cp -L /lib64/ld-linux-x86-64.so.2 "$dest/ld-linux-x86-64.so.2"
 python3 "$root/bench/scaling.py" --emit-plan "$dest/plan.txt" --threads "$threads" --work "$work"
 cp "$root/bench/bundle-run.sh" "$dest/run.sh"
 chmod +x "$dest/run.sh"
-echo "bundle: $dest ($(du -sh "$dest" | cut -f1); $(wc -l < "$dest/plan.txt") cells, $(wc -l < "$dest/allocators.txt") allocators)"
+echo "bundle: $dest ($(du -sh "$dest" | cut -f1); $(wc -l < "$dest/plan.txt") cells," \
+  "$(wc -l < "$dest/allocators.txt") allocators)"

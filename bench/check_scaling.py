@@ -56,7 +56,8 @@ def check(json_path, csv_path, svg_path, md_path):
             if not c["median"] or c["median"] <= 0 or not c["rss_median_kib"] or c["failures"]:
                 failures.append("cell larson/%d/%s: %s" % (t, a, c))
             if a == "magpie" and c.get("best_peer") != "glibc":
-                failures.append("cell larson/%d/magpie names best peer %s" % (t, c.get("best_peer")))
+                failures.append("cell larson/%d/magpie names best peer %s" %
+                                (t, c.get("best_peer")))
     with open(md_path) as f:
         md = f.read()
     ratio_rows = [line for line in md.splitlines() if line.startswith("| larson | ")]

@@ -210,7 +210,9 @@ def run_one(helper, exe, argv, preload, timeout, tmp):
                            timeout=timeout + 30, start_new_session=True, errors="replace")
         out, err = p.stdout, p.stderr
     except subprocess.TimeoutExpired as e:
-        out, err = e.stdout or "", "the helper itself did not return"
+        out = e.stdout.decode("utf-8", "replace") if isinstance(e.stdout, bytes) else \
+            (e.stdout or "")
+        err = "the helper itself did not return"
     with open(stat) as f:
         kv = dict(tok.split("=", 1) for tok in f.read().split() if "=" in tok)
     os.unlink(stat)
@@ -415,6 +417,8 @@ def report(data):
                                           data["reps"], fmt_load(m.get("loadavg_start")),
                                           fmt_load(m.get("loadavg_end")),
                                           data.get("note", "")), ""]
+    if m.get("ended", "complete") != "complete":
+        out += ["The runner stopped early: %s." % m["ended"], ""]
     for a in data["allocators"]:
         out.append("- %s: %s%s" % (a["name"], a["version"], " (`%s`)" % a["preload"]
                                     if a["preload"] else ""))

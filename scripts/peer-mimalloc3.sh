@@ -11,7 +11,9 @@
 set -u
 VERSION=3.4.3
 root=$(cd "$(dirname "$0")/.." && pwd)
-dest=${1:-$root/${BUILD:-build}/peers/mimalloc3}
+build=${BUILD:-build}
+case $build in /*) ;; *) build=$root/$build ;; esac
+dest=${1:-$build/peers/mimalloc3}
 lib=$dest/cmeel.prefix/lib/libmimalloc.so.3
 [ -e "$lib" ] && exit 0
 py=$(command -v python3) || { echo "peer-mimalloc3: no python3" >&2; exit 0; }
