@@ -288,7 +288,7 @@ def run_matrix(args, allocs, names, threads, csv_path):
         for rep, w, t, (a, lib, _) in plan:
             if rep == 0:
                 print("  %-11s t=%-3d %-9s %s bench_%s %s" % (w, t, a, "LD_PRELOAD=" + lib
-                      if lib else "", workload(w)[2], " ".join(argv_of(w, t))))
+                      if lib else "", workload(w)[2], " ".join(argv_of(w, t, args.work))))
         return None
     missing = sorted({workload(w)[2] for w, _ in cells(names, threads)
                       if not os.access(os.path.join(args.build, "bench", "bench_" +
@@ -310,7 +310,7 @@ def run_matrix(args, allocs, names, threads, csv_path):
         out.writerow(CSV_FIELDS)
         for i, (rep, w, t, (a, lib, _)) in enumerate(plan):
             exe = os.path.join(args.build, "bench", "bench_" + workload(w)[2])
-            status, wall, rss, result, tail = run_one(helper, exe, argv_of(w, t), lib,
+            status, wall, rss, result, tail = run_one(helper, exe, argv_of(w, t, args.work), lib,
                                                       args.timeout, tmp)
             row = [rep + 1, w, t, a, status, wall, rss, result]
             out.writerow(row)
@@ -417,6 +417,8 @@ def report(data):
                                           data["reps"], fmt_load(m.get("loadavg_start")),
                                           fmt_load(m.get("loadavg_end")),
                                           data.get("note", "")), ""]
+    if data.get("command"):
+        out += ["Command: `%s`" % " ".join(data["command"]), ""]
     if m.get("ended", "complete") != "complete":
         out += ["The runner stopped early: %s." % m["ended"], ""]
     for a in data["allocators"]:
@@ -646,8 +648,8 @@ def parser():
     ap.add_argument("--from-bundle", metavar="DIR", help="summarise a bundle runner's results")
     ap.add_argument("--emit-plan", metavar="FILE", help="write the cells for bench/bundle.sh")
     ap.add_argument("--work", type=float, default=1.0,
-                    help="--emit-plan: the programs' total work (-i) times this (default 1; "
-                         "more for many CPUs, where a run at 16 threads takes a tenth as long)")
+                    help="the programs' total work (-i) times this (default 1; more for longer "
+                         "runs, less noise, or many CPUs, where a run at 16 threads is short)")
     return ap
 
 
