@@ -477,7 +477,7 @@ def report(data):
 
 # ---- the chart --------------------------------------------------------------------------------
 
-PANEL_W, PANEL_H, MARGIN_L, MARGIN_T, GAP_X, GAP_Y, COLS = 330, 210, 60, 80, 70, 70, 2
+PANEL_W, PANEL_H, MARGIN_L, MARGIN_T, GAP_X, GAP_Y, COLS = 330, 210, 60, 90, 70, 70, 2
 
 
 def draw_svg(data):
@@ -500,12 +500,13 @@ def draw_svg(data):
            '<text x="10" y="16" font-size="13">%s</text>' % escape(
                "magpie many-core matrix: throughput against threads (higher is better), %s CPUs "
                "(%s), %s" % (m.get("nproc", "?"), m.get("cpu", "?"), m.get("date", "?")[:16])),
-           '<text x="10" y="32" font-size="11">%s</text>' % escape(
-               "medians of %d runs, whiskers from the lowest to the highest run; X on the axis: "
-               "a failed run (crash, timeout)%s" % (data["reps"], "; " + data["note"]
-                                                   if data.get("note") else ""))]
+           '<text x="10" y="30" font-size="11">%s</text>' % escape(
+               "medians of %d runs, whiskers from the lowest to the highest run (each allocator's "
+               "drawn a little apart); X on the axis: a failed run (crash, timeout)"
+               % data["reps"]),
+           '<text x="10" y="43" font-size="11">%s</text>' % escape(data.get("note") or "")]
     for i, a in enumerate(allocs):
-        out.append('<rect x="%d" y="40" width="14" height="4" fill="%s"/><text x="%d" y="46" '
+        out.append('<rect x="%d" y="51" width="14" height="4" fill="%s"/><text x="%d" y="57" '
                    'font-size="12">%s</text>' % (10 + 110 * i, COLOURS.get(a, "#555"),
                                                   28 + 110 * i, escape(a)))
     for n, w in enumerate(names):
@@ -537,8 +538,9 @@ def draw_svg(data):
                        (x(t), py + PANEL_H + 13, t))
         out.append('<text x="%d" y="%d" font-size="10" text-anchor="middle">threads</text>' %
                    (px + PANEL_W // 2, py + PANEL_H + 26))
-        for a in allocs:
+        for n_a, a in enumerate(allocs):
             col = COLOURS.get(a, "#555")
+            dx = (n_a - (len(allocs) - 1) / 2) * 3  # whiskers side by side, not on each other
             pts = [(t, stats[(w, t, a)]) for t in ts if (w, t, a) in stats]
             line = [(x(t), y(s["median"])) for t, s in pts if s["median"] is not None]
             if len(line) > 1:
@@ -554,9 +556,10 @@ def draw_svg(data):
                                (a, t, x(t), y(s["median"]), col, w, a, t, fmt_rate(s["median"]),
                                 workload(w)[5], fmt_rate(s["min"]), fmt_rate(s["max"])))
                     out.append('<line class="whisker" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" '
-                               'stroke="%s"/>' % (x(t), y(s["min"]), x(t), y(s["max"]), col))
+                               'stroke="%s" stroke-opacity="0.7"/>' %
+                               (x(t) + dx, y(s["min"]), x(t) + dx, y(s["max"]), col))
                 if s["failures"]:
-                    cx, cy = x(t), py + PANEL_H - 6
+                    cx, cy = x(t) + dx, py + PANEL_H - 6
                     out.append('<path class="failure" data-allocator="%s" d="M%.1f %.1fl8 8m0 '
                                '-8l-8 8" stroke="%s" stroke-width="2"><title>%s, %s at %d '
                                'threads: %s</title></path>' %
