@@ -368,6 +368,8 @@ def summarise(rows):
         c["median"] = statistics.median(rs) if rs else None
         c["min"], c["max"] = (min(rs), max(rs)) if rs else (None, None)
         c["rss_median_kib"] = statistics.median(c["rss_kib"]) if c["rss_kib"] else None
+        c["rss_min_kib"], c["rss_max_kib"] = (min(c["rss_kib"]), max(c["rss_kib"])) \
+            if c["rss_kib"] else (None, None)
     return out
 
 
@@ -456,14 +458,16 @@ def report(data):
             if any(k[:2] == (w, t) for k in stats):
                 body.append(row)
         out.append(md_table(["threads"] + allocs, body))
-        out += ["", "Peak RSS, MiB (median):", ""]
+        out += ["", "Peak RSS, MiB (median, lowest..highest):", ""]
         body = []
         for t in threads:
             row = [str(t)]
             for a in allocs:
                 s = stats.get((w, t, a))
-                row.append(fmt_mib(str(s["rss_median_kib"])) if s and s["rss_median_kib"]
-                           is not None else "-")
+                row.append("%s (%s..%s)" % (fmt_mib(str(s["rss_median_kib"])),
+                                            fmt_mib(str(s["rss_min_kib"])),
+                                            fmt_mib(str(s["rss_max_kib"])))
+                           if s and s["rss_median_kib"] is not None else "-")
             if any(k[:2] == (w, t) for k in stats):
                 body.append(row)
         out.append(md_table(["threads"] + allocs, body))
