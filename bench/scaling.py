@@ -236,14 +236,18 @@ def check_preloads(build, allocs):
         env["LD_PRELOAD"] = lib
         if name == SUBJECT:
             env["MAGPIE_OPTIONS"] = "stats=1"
-        p = subprocess.run([exe, "-t", "2", "-i", "2000", "-n", "10"], env=env, text=True,
-                           capture_output=True, timeout=60, errors="replace")
+        try:
+            p = subprocess.run([exe, "-t", "2", "-i", "2000", "-n", "10"], env=env, text=True,
+                               capture_output=True, timeout=60, errors="replace")
+        except (OSError, subprocess.TimeoutExpired) as e:
+            bad[name] = "preload check failed: %s" % e
+            continue
         if p.returncode != 0 or "cannot be preloaded" in p.stderr:
             bad[name] = "preload check failed: status %d, %s" % (
                 p.returncode, " | ".join(p.stderr.strip().splitlines()[-2:]))
-        elif name == SUBJECT and not any(line.split()[:1] == ["allocations"] and
-                                         line.split()[1] not in ("0", "")
-                                         for line in p.stderr.splitlines() if line.split()):
+        elif name == SUBJECT and not any(len(line.split()) > 1 and
+                                         line.split()[0] == "allocations" and
+                                         line.split()[1] != "0" for line in p.stderr.splitlines()):
             bad[name] = "no exit report counting allocations: magpie did not serve the program"
     return bad
 
@@ -290,12 +294,11 @@ def run_matrix(args, allocs, names, threads, csv_path):
                 print("  %-11s t=%-3d %-9s %s bench_%s %s" % (w, t, a, "LD_PRELOAD=" + lib
                       if lib else "", workload(w)[2], " ".join(argv_of(w, t, args.work))))
         return None
-    missing = sorted({workload(w)[2] for w, _ in cells(names, threads)
-                      if not os.access(os.path.join(args.build, "bench", "bench_" +
-                                                    workload(w)[2]), os.X_OK)})
-    if missing or not os.access(helper, os.X_OK):
-        print("scaling: not built in %s/bench: %s (make build)" %
-              (args.build, ", ".join(["bench_" + p for p in missing] + ["bench_rusage"])))
+    progs = {workload(w)[2] for w, _ in cells(names, threads)} | {"larson", "rusage"}
+    missing = sorted("bench_" + p for p in progs
+                     if not os.access(os.path.join(args.build, "bench", "bench_" + p), os.X_OK))
+    if missing:
+        print("scaling: not built in %s/bench: %s (make build)" % (args.build, ", ".join(missing)))
         return None
     bad = check_preloads(args.build, allocs)
     for name, why in bad.items():
