@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Draws the chart of a bench/run.py results file: two panels of grouped bars, time and peak RSS
 per workload, each allocator as a ratio to glibc (log scale; below 1 is better than glibc), and,
-when the results hold them, RSS over time of the server workload (with its live bytes). For
---scaling results, throughput against threads instead, a panel per workload.
+when the results hold them, RSS over time of the server workload (with its live bytes).
+(--scaling results are drawn by bench/scaling.py, as SVG.)
 
   chart.py RESULTS.json OUT.png
 
@@ -41,50 +41,12 @@ def draw_series(ax, series):
     ax.legend(fontsize="small", ncol=3)
 
 
-def draw_scaling(data, dst):
-    """--scaling: one panel per workload, throughput against threads, one line per allocator;
-    throughput is the fixed total work over the median time, relative to glibc's at the fewest
-    threads (higher is better)."""
-    cell = {(s["workload"], s["allocator"]): s for s in data["summary"]}
-    allocs = [a["name"] for a in data["allocators"]]
-    groups = {}
-    for w in data["workloads"]:
-        name, _, t = w["name"].rpartition("-t")
-        groups.setdefault(name, []).append((int(t), w["name"]))
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 4.2), squeeze=False)
-    for ax, (name, rows) in zip(axes[0], sorted(groups.items())):
-        rows.sort()
-        base = cell.get((rows[0][1], "glibc" if "glibc" in allocs else allocs[0]))
-        if not base or "time" not in base:
-            continue
-        for a in allocs:
-            pts = [(t, base["time"]["median"] / cell[(r, a)]["time"]["median"]) for t, r in rows
-                   if "time" in cell.get((r, a), {})]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=a,
-                    color=COLOURS.get(a))
-        ax.set_xscale("log", base=2)
-        ax.set_xticks([t for t, _ in rows])
-        ax.set_xticklabels([str(t) for t, _ in rows])
-        ax.set_title(name, fontsize="medium")
-        ax.set_xlabel("threads")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("throughput / glibc at %d thread(s)" % min(
-        t for rows in groups.values() for t, _ in rows))
-    axes[0][0].legend(fontsize="small")
-    m = data["machine"]
-    fig.suptitle("magpie bench --scaling, %s, %d CPUs (%s), %s" %
-                 (m["date"][:16], m["nproc"], m["cpu"], m["glibc"]), fontsize="medium")
-    fig.tight_layout()
-    fig.savefig(dst, dpi=100)
-
-
 def main():
     src, dst = sys.argv[1], sys.argv[2]
     with open(src) as f:
         data = json.load(f)
     if data["mode"] == "scaling":
-        draw_scaling(data, dst)
-        return
+        sys.exit("chart.py: --scaling results are drawn by bench/scaling.py (SVG)")
     allocs = [a["name"] for a in data["allocators"]]
     rows = [w["name"] for w in data["workloads"]]
     cell = {(s["workload"], s["allocator"]): s for s in data["summary"]}

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Test of bench/svgchart.py (ctest bench_svgchart): draws a committed demo result
-(bench/results/demo-20261123-001739.json, 4 workloads, glibc and magpie) with the idle row marked
+(tests/data/bench-demo-20261123-001739.json, 4 workloads, glibc and magpie) with the idle row marked
 memory_only, and checks that the SVG parses as XML and has a bar with a whisker for magpie in
 every row of both panels but idle's time, and a band of glibc's spread for each bar.
 
@@ -17,7 +17,7 @@ NS = "{http://www.w3.org/2000/svg}"
 
 
 def main():
-    with open(os.path.join(HERE, "results", "demo-20261123-001739.json")) as f:
+    with open(os.path.join(HERE, "..", "tests", "data", "bench-demo-20261123-001739.json")) as f:
         data = json.load(f)
     for w in data["workloads"]:
         w["memory_only"] = w["group"] == "idle"

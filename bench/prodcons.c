@@ -7,11 +7,12 @@
  * them. Every free is a cross-thread free, and an allocator that keeps freed blocks in the
  * consumer's cache, never returning them to where the producer allocates, grows without bound.
  * Half the threads produce and half consume (2 threads: one of each); producer p feeds consumer
- * p mod C. The queues block (mutex and condition variable) so that oversubscribed runs do not
- * spin; the lock is taken once per batch, so its cost is small beside BATCH malloc/free pairs.
- * -i is the total number of blocks, shared by the producers.
+ * p mod C. With -n SIZE every block is SIZE bytes (the many-core matrix, bench/scaling.py, runs
+ * 64-byte blocks) instead of log-uniform 8..1024. The queues block (mutex and condition variable)
+ * so that oversubscribed runs do not spin; the lock is taken once per batch, so its cost is small
+ * beside BATCH malloc/free pairs. -i is the total number of blocks, shared by the producers.
  *
- *   prodcons [-t threads >= 2] [-i blocks] [-s seed]
+ *   prodcons [-t threads >= 2] [-i blocks] [-n block size] [-s seed]
  */
 #include "bench.h"
 
@@ -23,7 +24,7 @@
 static const char usage[] =
     "prodcons: producer threads allocate, consumer threads free\n"
     "  -t threads >= 2, half producers (default 2)   -i total blocks (default 4000000)\n"
-    "  -s seed\n";
+    "  -n block size, 8..1024 (default 0: log-uniform 8..1024)   -s seed\n";
 
 typedef struct batch {
   struct batch *next;
@@ -43,7 +44,8 @@ typedef struct {
 
 typedef struct {
   queue_t *q;
-  long count; /* blocks to produce */
+  long count;  /* blocks to produce */
+  size_t size; /* bytes per block; 0: log-uniform SIZE_MIN..SIZE_MAX_ */
   uint64_t seed;
   char pad[BENCH_LINE];
 } producer_t;
@@ -86,7 +88,7 @@ static void *producer(void *arg) {
     batch_t *b = bench_xmalloc(sizeof(*b));
     b->n = left < BATCH ? (int)left : BATCH;
     for (int i = 0; i < b->n; i++) {
-      size_t sz = bench_logsize(&r, SIZE_MIN, SIZE_MAX_);
+      size_t sz = p->size != 0 ? p->size : bench_logsize(&r, SIZE_MIN, SIZE_MAX_);
       void *x = malloc(sz);
       if (x == NULL) bench_die("malloc(%zu) returned NULL", sz);
       bench_fill(x, sz, (bench_rand(&r) << 32) | sz);
@@ -124,6 +126,7 @@ int main(int argc, char **argv) {
   bench_args_t a = {.threads = 2, .iters = 4000000, .seed = 1};
   bench_parse(argc, argv, &a, usage);
   if (a.threads < 2) bench_die("prodcons needs -t >= 2");
+  if (a.n != 0 && (a.n < SIZE_MIN || a.n > SIZE_MAX_)) bench_die("-n must be 0 or 8..1024");
   int np = a.threads / 2, nc = a.threads - np;
 
   queue_t *qs = calloc((size_t)nc, sizeof(*qs));
@@ -141,6 +144,7 @@ int main(int argc, char **argv) {
     ps[p].q->producers_left++;
     ps[p].count = a.iters / np + (p < a.iters % np);
     ps[p].seed = a.seed * 1000003u + (uint64_t)p;
+    ps[p].size = (size_t)a.n;
     total += ps[p].count;
   }
 

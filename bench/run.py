@@ -5,7 +5,7 @@
   python3 bench/run.py --quick      every workload, every allocator, small sizes (< 5 min)
   python3 bench/run.py --full       every workload, every allocator, bigger sizes (< 30 min)
   python3 bench/run.py --callgrind  instructions per malloc+free and new+delete pair (valgrind)
-  python3 bench/run.py --scaling    the multi-threaded workloads at 1..16 threads (--threads)
+  python3 bench/run.py --scaling    the many-core matrix at 1..64 threads (bench/scaling.py)
 Filters: --allocators glibc,magpie  --workloads larson,server  (a group or a row name).
 See bench/README.md for the workloads and how to read the output.
 
@@ -58,9 +58,8 @@ MODES = {
     "demo": {"reps": 3, "timeout": 60},
     "quick": {"reps": 3, "timeout": 90},
     "full": {"reps": 5, "timeout": 120},
-    "scaling": {"reps": 3, "timeout": 90},
 }
-SCALING_THREADS = [1, 2, 4, 8, 16]
+SCALING_THREADS = [1, 2, 4, 8, 16, 32, 64]  # --scaling's default, run by bench/scaling.py
 
 
 # idle: RSS over live bytes with the threads' stacks (the program's, the same for every allocator)
@@ -99,29 +98,9 @@ class Workload:
         self.extra = extra        # kind-specific settings
 
 
-def scaling_plan(threads):
-    """--scaling: the workloads whose work is a fixed total split between threads, at each thread
-    count, with the quick sizes: time against threads is the scaling curve (flat past the cores,
-    rising where the allocator serialises threads or makes them share cache lines)."""
-    w = []
-    for t in threads:
-        n = "%d thread%s" % (t, "" if t == 1 else "s")
-        w.append(Workload("larson-t%d" % t, "larson", "Larson server, " + n,
-                          ["-t", str(t), "-i", "3000000"]))
-        if t >= 2:  # half the threads allocate, half free
-            w.append(Workload("prodcons-t%d" % t, "prodcons", "producer/consumer, " + n,
-                              ["-t", str(t), "-i", "2000000"]))
-        for m in ("thrash", "scratch"):
-            w.append(Workload("%s-t%d" % (m, t), "falseshare", "cache-%s, %s" % (m, n),
-                              ["-m", m, "-t", str(t), "-i", "400000"]))
-    return w
-
-
 def plan(mode, threads=None):
     """The workload rows for a mode. Sizes are chosen so that a glibc run takes 0.2-1 s in quick
     and a few seconds in full, on the 2-core machine these were tuned on."""
-    if mode == "scaling":
-        return scaling_plan(threads or SCALING_THREADS)
     quick = mode == "quick"
     many = [2, 32] if quick else [2, 8, 32]
     w = []
@@ -951,7 +930,7 @@ def callgrind(args, allocs, outdir, machine):
     (Ir(N2) - Ir(N1)) / (N2 - N1)."""
     if shutil.which("valgrind") is None:
         sys.exit("run.py: valgrind not found (apt-get install valgrind)")
-    tmp = os.path.join(BENCH, "results", "tmp")
+    tmp = os.path.join(outdir, "tmp")
     os.makedirs(tmp, exist_ok=True)
     cc = os.environ.get("CC", "cc")
     exes = []
@@ -1201,17 +1180,19 @@ def main():
                          "magpie[SET], alternating with the others, and add a table of time and "
                          "peak RSS per set with the ratio of the first to the second")
     ap.add_argument("--reps", type=int, help="repetitions (default: the mode's)")
-    ap.add_argument("--out", help="directory for the results files (default bench/results; "
-                                  "for --demo BUILD/results, out of git's sight)")
+    ap.add_argument("--out", help="directory for the results files (default BUILD/results, "
+                                  "out of git's sight)")
     ap.add_argument("--no-deps", action="store_true", help="do not run scripts/bench-deps.sh")
     ap.add_argument("--no-save", action="store_true", help="print only; write no files")
     ap.add_argument("--list", action="store_true", help="list the mode's workloads and exit")
     ap.add_argument("--dry-run", action="store_true", help="print the plan; run nothing")
     args = ap.parse_args()
+    if args.mode == "scaling":  # the many-core matrix has a module of its own
+        import scaling
+        return scaling.main_from_run(args)
     mode = args.mode or "quick"
     if args.out is None:
-        args.out = os.path.join(args.build, "results") if mode == "demo" else \
-            os.path.join(BENCH, "results")
+        args.out = os.path.join(args.build, "results")
     if args.mode is None:
         print("run.py: no mode given, running --quick (see --help)")
     try:
@@ -1449,20 +1430,13 @@ def main():
 def chart(base, mode):
     """Draws the chart of base.json: the demo's as base.svg with bench/svgchart.py (standard
     library only); the other modes' as base.png with bench/chart.py, using this interpreter if
-    it has matplotlib, else Debian's /usr/bin/python3 (python3-matplotlib), else as SVG too
-    (--scaling has no SVG form: it says so)."""
-    tried = []
+    it has matplotlib, else Debian's /usr/bin/python3 (python3-matplotlib), else as SVG too."""
     for py in ([] if mode == "demo" else dict.fromkeys([sys.executable, "/usr/bin/python3"])):
         if not os.path.exists(py):
             continue
-        tried.append(py)
         probe = subprocess.run([py, "-c", "import matplotlib"], capture_output=True)
         if probe.returncode == 0:
             return draw_chart(py, "chart.py", base, ".png")
-    if mode == "scaling":
-        print("chart skipped: the --scaling chart needs matplotlib, which %s cannot import "
-              "(install python3-matplotlib)" % " or ".join(tried))
-        return
     draw_chart(sys.executable, "svgchart.py", base, ".svg")
 
 

@@ -113,7 +113,7 @@ def main():
     with open(src) as f:
         data = json.load(f)
     if data["mode"] == "scaling":
-        sys.exit("svgchart.py: --scaling results are drawn by chart.py (matplotlib)")
+        sys.exit("svgchart.py: --scaling results are drawn by bench/scaling.py")
     with open(dst, "w") as f:
         f.write(draw(data))
 

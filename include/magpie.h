@@ -54,9 +54,10 @@ void magpie_cache_free(magpie_cache_t *cache, void *obj);
 /* All objects must have been freed; remaining free objects are destructed. */
 void magpie_cache_destroy(magpie_cache_t *cache);
 
-/* Checks every cache, slab and arena (and, in MAGPIE_DEBUG mode, every block's redzone and every
-   freed block's pattern). Returns 0 when all is well; a broken heap is reported, then magpie
-   aborts unless MAGPIE_DEBUG asked to continue, in which case the count of errors is returned. */
+/* Checks every cache's magazines and slabs and every arena (and, in MAGPIE_DEBUG mode, every
+   block's redzone and every freed block's pattern). Returns 0 when all is well; a broken heap is
+   reported, then magpie aborts unless MAGPIE_DEBUG asked to continue, in which case the count of
+   errors is returned. */
 int magpie_verify(void);
 
 /* Statistics report on file descriptor fd: human-readable text, or JSON (docs/design.md,

@@ -43,6 +43,9 @@ if [ "${1:-}" = "--check" ]; then
   echo "bench-deps: missing:$need"
   exit 1
 fi
+# mimalloc 3 (peer mimalloc3 of bench/scaling.py) is not in Debian 12: PyPI's wheel, unpacked
+# under the build directory ($BUILD, default build).
+"$(dirname "$0")/peer-mimalloc3.sh"
 [ -n "$need" ] || exit 0
 
 echo "bench-deps: installing$need"

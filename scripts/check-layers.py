@@ -9,6 +9,10 @@ from the object files of a build (`nm`), so a call through a declaration written
 caught too. Usage: check-layers.py SRC_DIR [OBJECT...]: the objects of a build of src/, each
 with its layer's folder in its path (.../src/core/mag.c.o); without them, only includes are
 checked. `make test` runs it on the library's objects (ctest: layers).
+
+It also keeps a module's private header private: NAME_impl.h (mag_impl.h, debug_impl.h,
+os_impl.h, stats_impl.h) may be included only by the files of its own folder whose names start
+with NAME (mag*.c, debug*.c, ...).
 """
 import os
 import re
@@ -36,6 +40,11 @@ def check_includes(src, layer_of):
             target = layer_of.get(os.path.basename(header))
             if target and LAYERS.index(target) > LAYERS.index(layer):
                 problems.append(f"{layer}/{name} includes {target}/{header}")
+            base = os.path.basename(header)
+            if target and base.endswith("_impl.h") and (
+                    target != layer or not name.startswith(base[:-len("_impl.h")])):
+                problems.append(f"{layer}/{name} includes {target}/{header}, private to "
+                                f"{target}/{base[:-len('_impl.h')]}*")
     return problems
 
 
@@ -76,9 +85,9 @@ def main():
     if objects:
         problems += check_calls(objects)
     for p in problems:
-        print(f"check-layers: {p}: a layer above its own")
+        print(f"check-layers: {p}" + ("" if "private to" in p else ": a layer above its own"))
     print(f"check-layers: {len(layer_of)} files' includes, {len(objects)} objects' calls: "
-          f"{len(problems)} upward uses")
+          f"{len(problems)} uses against the rules")
     sys.exit(1 if problems else 0)
 
 

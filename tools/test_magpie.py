@@ -294,14 +294,17 @@ def start_probe(*args, options="publish_ms=20"):
     return p
 
 
-def read_live(pid, deadline=10.0):
-    """`magpie stats --json PID` once the process has published (retried until deadline s)."""
+def read_live(pid, deadline=10.0, until=None):
+    """`magpie stats --json PID` once the process has published a snapshot for which until(j)
+    holds (the first one is taken at its start; retried until deadline s)."""
     end = time.monotonic() + deadline
     while True:
         r = magpie("stats", "--json", str(pid))
         if r.returncode == 0:
-            return json.loads(r.stdout)
-        check(time.monotonic() < end and "not published yet" in r.stderr,
+            j = json.loads(r.stdout)
+            if until is None or until(j):
+                return j
+        check(time.monotonic() < end and (r.returncode == 0 or "not published yet" in r.stderr),
               "magpie stats read the process", r)
         time.sleep(0.05)
 
@@ -310,7 +313,8 @@ def test_stats_live():
     count, size = 1000, 3000
     p = start_probe("--hold", str(count), str(size), "8000")
     try:
-        j = read_live(p.pid)
+        j = read_live(p.pid, until=lambda j: any(
+            c["size"] >= size and c["frees"] >= count // 2 for c in j["classes"]))
         check(j["pid"] == p.pid and j["layout"].startswith("1."), "pid and layout: %s" % j)
         rows = [c for c in j["classes"] if c["size"] >= size and c["allocs"] >= count]
         check(rows, "a class of >= %d bytes with >= %d allocs in %s" % (size, count, j))
@@ -333,6 +337,60 @@ def test_stats_live():
         check(re.search(r"^  live bytes\s+\d+", text.stdout, re.M), "text snapshot", text)
         check(re.search(r"^  busiest threads \(\d+ of \d+ live\):\n.*\n(\s+\d+.*\n)*\s+%d\s+\d+"
                         % p.pid, text.stdout, re.M), "the threads table, the probe's in it", text)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_stats_young():
+    """`magpie stats PID` 0.2 s after the process started, its threads busy, with the default
+    publish interval (reap_ms, 1 s): the process published its first snapshot at its start, or
+    the tool waits for it (issue 21, part 3)."""
+    env = dict(os.environ, LD_PRELOAD=LIBRARY)
+    env.pop("MAGPIE_OPTIONS", None)
+    for attempt in range(3):
+        p = subprocess.Popen([PROBE, "--contend-for", "4", "3000"], env=env,
+                             stdout=subprocess.DEVNULL)
+        try:
+            time.sleep(0.2)
+            r = magpie("stats", str(p.pid))
+            check(r.returncode == 0, "magpie stats of a 0.2 s old process", r)
+            check(re.search(r"^== magpie \(pid %d" % p.pid, r.stdout, re.M) and
+                  re.search(r"^  allocations\s+[\d,]+$", r.stdout, re.M), "its figures", r)
+        finally:
+            p.kill()
+            p.wait()
+
+
+def test_stats_largest():
+    """`magpie stats` and `magpie top` of a process whose every figure is 2^64 - 1
+    (tools/fake_area.c): each row of their tables keeps its columns apart (issue 21, part 4)."""
+    fake = os.path.join(os.path.dirname(PROBE), "magpie_fake_area")
+    p = subprocess.Popen([fake], stdout=subprocess.PIPE, text=True,
+                         env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})
+    try:
+        check(p.stdout.readline().strip() == "ready", "the fake area is up")
+        big = "18446744073709551615"
+        r = magpie("stats", str(p.pid), expect=0)
+        lines = r.stdout.splitlines()
+        for label in ("allocations", "live bytes", "lost to rounding", "threads"):
+            check(("  %-20s %15s" % (label, big)) in lines, "the line of %s" % label, r)
+        wide = r"\d{12,20}(\.\d+)?"  # 2^64 - 1, or growing by 2^58 a snapshot; ns as ms
+        for head, cells in (("size", [wide] * 7), ("lock", ["heap-arena"] + [wide] * 3),
+                            ("thread", [wide] * 5)):
+            at = [i for i, l in enumerate(lines) if l.split()[:1] == [head]]
+            check(at and at[0] + 1 < len(lines), "a table headed %r" % head, r)
+            row = lines[at[0] + 1].split()
+            check(len(row) == len(cells) and all(re.fullmatch(c, x) for c, x in zip(cells, row)),
+                  "the row under %r: each figure apart: %r" % (head, row), r)
+        r = magpie("top", "--batch", "2", "--interval", "200", str(p.pid), expect=0)
+        frames = top_frames(r.stdout)
+        check(len(frames) == 2, "two frames", r)
+        for frame in frames:
+            classes, locks = top_tables(frame)
+            check(len(classes) == 1 and classes[0]["size"] == int(big) and
+                  classes[0]["name"] == "class 96", "the class row: %s" % classes, r)
+            check(len(locks) == 1 and locks[0]["name"] == "heap-arena", "the lock row", r)
     finally:
         p.kill()
         p.wait()

@@ -32,9 +32,12 @@ typedef struct depot {
   uint32_t empty_min; /* same for nempty */
   uint32_t cap;       /* rounds in magazines made from now on */
   uint32_t cap_max;
-  uint64_t contended; /* lock_try failures since the last reap */
-  uint64_t exchanges; /* magazine exchanges, ever (statistics) */
-  uint64_t hot_since; /* os_now_ns when the current DEPOT_HOT_EXCHANGES began */
+  uint64_t contended;        /* lock_try failures since the last reap */
+  uint64_t exchanges;        /* magazine exchanges, ever (statistics) */
+  uint64_t hot_since;        /* os_now_ns when the current DEPOT_HOT_EXCHANGES began */
+  uint32_t window_contended; /* lock_try failures since hot_since */
+  uint32_t window_takes;     /* full magazines taken since hot_since */
+  uint64_t flow_until;       /* os_now_ns until which the depot may keep DEPOT_FLOW_BYTES */
 } depot_t;
 
 typedef struct cache {

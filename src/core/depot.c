@@ -9,9 +9,11 @@
  *      full one for an empty one when freeing. So a thread reaches the depot at most once per
  *      `cap` operations, and producer/consumer pairs pass whole magazines through it: the
  *      consumer's frees become the producer's allocations, nothing is stranded.
- *   2. Growth: every exchange first tries the lock; failures are counted, and at the next
- *      reap a depot that saw more than DEPOT_GROW_CONTENDED of them doubles the size of the
- *      magazines it makes from then on, up to cap_max, which halves its lock traffic. A depot
+ *   2. Growth: every exchange first tries the lock; failures are counted, and a depot that
+ *      saw DEPOT_WINDOW_CONTENDED of them within DEPOT_HOT_EXCHANGES exchanges, or more than
+ *      DEPOT_GROW_CONTENDED within a reap interval, doubles the size of the magazines it makes
+ *      from then on, up to cap_max, which halves its lock traffic: many threads passing
+ *      magazines through one depot reach the largest size within milliseconds. A depot
  *      that trades DEPOT_HOT_EXCHANGES magazines within DEPOT_HOT_NS doubles them at once,
  *      contended or not, while they hold fewer than DEPOT_HOT_ROUNDS: an exchange costs about
  *      two allocations, and a class that hot (one thread churning batches of a class a little
@@ -22,20 +24,28 @@
  *      that many magazines were not needed during the interval, so depot_reap returns exactly
  *      those to the slab layer (their rounds) and to the metadata pool (the magazines).
  *   4. Bound: past DEPOT_FULL_BYTES_MAX of objects in full magazines, a freeing thread's full
- *      magazine goes back to the slab layer instead, so a burst of frees in one class cannot
- *      hold memory that other classes need (their slabs empty and go back to the arena). The
- *      bound is per cache and small (256 KiB, a few magazines): cached objects freed in
- *      random order each pin a slab (docs/decisions/depot-bound.md).
+ *      magazine goes back to the slab layer instead (the caller drains it: mag.c), so a burst of
+ * frees in one class cannot hold memory that other classes need (their slabs empty and go back to
+ * the arena). The bound is per cache and small (256 KiB, a few magazines): cached objects freed in
+ *      random order each pin a slab (docs/decisions/depot-bound.md). A depot through which
+ *      threads pass magazines (a window of DEPOT_HOT_EXCHANGES exchanges with both gives and
+ *      takes) keeps up to DEPOT_FLOW_BYTES for DEPOT_FLOW_NS after: producers and consumers
+ *      scheduled in turns then meet in the depot instead of in the slab layer, and what the
+ *      consumers leave behind is taken by the next reap (theory 3).
  *   5. Lock order: a depot lock is never held while calling the slab layer or the metadata
  *      pools; it is a leaf below the thread registry.
  */
 #include "depot.h"
+#include "inject.h"
 #include "meta.h"
 #include "os.h"
 #include "slab.h"
 
-#define DEPOT_GROW_CONTENDED 16 /* failed try-locks per reap interval that justify larger mags */
+#define DEPOT_GROW_CONTENDED 16  /* failed try-locks per reap interval that justify larger mags */
+#define DEPOT_WINDOW_CONTENDED 8 /* ... or per DEPOT_HOT_EXCHANGES exchanges: one in eight */
 #define DEPOT_FULL_BYTES_MAX ((size_t)256 << 10) /* objects a depot keeps in full magazines */
+#define DEPOT_FLOW_BYTES ((size_t)4 << 20)       /* ... while threads pass magazines through it */
+#define DEPOT_FLOW_NS 100000000u                 /* 100 ms: several scheduler turns */
 #define DEPOT_HOT_EXCHANGES 64                   /* a power of two */
 #define DEPOT_HOT_NS 10000000u                   /* 10 ms: 6,400 exchanges a second */
 #define DEPOT_HOT_ROUNDS 32 /* a hot depot grows magazines smaller than this, no further */
@@ -71,7 +81,9 @@ static void depot_lock(depot_t *d) {
   if (!lock_try(&d->lock)) {
     lock_acquire(&d->lock);
     d->contended++;
+    d->window_contended++;
   }
+  INJECT(INJECT_DEPOT);
 }
 
 static void push(mag_t **list, uint32_t *count, mag_t *m) {
@@ -93,12 +105,23 @@ static void depot_grow(depot_t *d) {
     __atomic_store_n(&d->cap, d->cap * 2, __ATOMIC_RELAXED); /* depot_cap reads it unlocked */
 }
 
-/* Counts an exchange (depot lock held); grows the magazines of a hot depot. */
-static void depot_exchanged(depot_t *d) {
+/* Counts an exchange that took a full magazine (take) or gave one (depot lock held); at the end
+   of each window of DEPOT_HOT_EXCHANGES, grows the magazines of a hot or contended depot and
+   notes whether threads pass magazines through it (theory 2, 4). */
+static void depot_exchanged(depot_t *d, bool take) {
+  d->window_takes += take;
   if (++d->exchanges % DEPOT_HOT_EXCHANGES) return;
   uint64_t now = os_now_ns();
-  if (now - d->hot_since < DEPOT_HOT_NS && d->cap < DEPOT_HOT_ROUNDS) depot_grow(d);
+  bool hot = now - d->hot_since < DEPOT_HOT_NS && d->cap < DEPOT_HOT_ROUNDS;
+  if (hot || d->window_contended >= DEPOT_WINDOW_CONTENDED) depot_grow(d);
+  if (d->window_takes && d->window_takes < DEPOT_HOT_EXCHANGES) d->flow_until = now + DEPOT_FLOW_NS;
   d->hot_since = now;
+  d->window_takes = d->window_contended = 0;
+}
+
+/* The bytes of objects the depot keeps in full magazines now (theory 4; its lock held). */
+static size_t depot_bound(const depot_t *d) {
+  return os_now_ns() < d->flow_until ? DEPOT_FLOW_BYTES : DEPOT_FULL_BYTES_MAX;
 }
 
 mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give) {
@@ -106,7 +129,7 @@ mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give) {
   depot_lock(d);
   mag_t *full = pop(&d->full, &d->nfull, &d->full_min);
   if (full) {
-    depot_exchanged(d);
+    depot_exchanged(d, true);
     if (give != &mag_empty) push(&d->empty, &d->nempty, give);
   }
   lock_release(&d->lock);
@@ -137,16 +160,15 @@ mag_t *depot_empty_mag(cache_t *cp) {
 mag_t *depot_free_exchange(cache_t *cp, mag_t *give) {
   depot_t *d = &cp->depot;
   depot_lock(d);
-  if ((size_t)d->nfull * d->cap * cp->size >= DEPOT_FULL_BYTES_MAX) {
-    lock_release(&d->lock); /* full enough: these objects go back to their slabs */
-    slab_free(cp, give->rounds, give->n);
-    give->n = 0;
+  size_t kept = (size_t)d->nfull * d->cap * cp->size;
+  if (kept >= DEPOT_FULL_BYTES_MAX && kept >= depot_bound(d)) {
+    lock_release(&d->lock); /* full enough: the caller gives these objects back to the slabs */
     return give;
   }
   mag_t *m = pop(&d->empty, &d->nempty, &d->empty_min);
   if (m && m->cap == d->cap) { /* the common case: one trip */
     push(&d->full, &d->nfull, give);
-    depot_exchanged(d);
+    depot_exchanged(d, false);
     lock_release(&d->lock);
     return m;
   }

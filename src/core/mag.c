@@ -39,6 +39,7 @@
  */
 #include "mag.h"
 #include "depot.h"
+#include "inject.h"
 #include "mag_fast.h"
 #include "mag_impl.h"
 #include "meta.h"
@@ -106,6 +107,7 @@ int64_t mag_sample_countdown(void) {
 }
 
 void mag_init(void) {
+  INJECT_START(opt.inject);
   mag_cpu_init();
   mag_reclaim_init();
   if (pthread_key_create(&mag_key, mag_thread_exit) != 0)
@@ -184,7 +186,7 @@ static uint32_t mag_fill_start(const cache_t *cp, bool cpu) {
    or a full-size one for an outgrown one; returns the magazine now in p's place, which holds
    rounds unless memory ran out. A CPU's (cpu) starts bigger for blocks smaller than a line,
    and its rounds are spread over cache lines. */
-static mag_t *mag_slab_fill(cache_t *cp, mag_t *p, bool cpu) {
+mag_t *mag_slab_fill(cache_t *cp, mag_t *p, bool cpu) {
   bool first_fill = p == &mag_empty;
   if (first_fill) { /* a first magazine as small as the first refill */
     mag_t *first = depot_mag_new(mag_fill_start(cp, cpu));
@@ -207,12 +209,18 @@ static mag_t *mag_slab_fill(cache_t *cp, mag_t *p, bool cpu) {
   return p;
 }
 
-void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, bool cpu) {
+void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, mag_t **fill) {
   mag_t *p = t->prev;
   if (p->n == 0) {
     mag_t *full = depot_alloc_exchange(cp, p);
-    t->prev = p = full ? full : mag_slab_fill(cp, p, cpu);
-    if (full) mag_held_add((ptrdiff_t)(p->n * cp->size));
+    if (full) {
+      mag_held_add((ptrdiff_t)(full->n * cp->size));
+    } else if (fill) { /* the caller fills it from the slab layer, outside its lock */
+      *fill = p;
+      t->prev = &mag_empty;
+      return NULL;
+    }
+    t->prev = p = full ? full : mag_slab_fill(cp, p, false);
     if (p->n == 0) return NULL;
   }
   t->prev = t->loaded;
@@ -222,23 +230,35 @@ void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, bool cpu) {
 
 /* False also when t held no magazine at all (theory 6: obj goes home, and t gets an empty one
    for later). */
-bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj) {
+bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj, mag_t **drain) {
+  if (t->loaded == &mag_empty) { /* the reaper took the pair, or it never had one */
+    mag_t *e = depot_empty_mag(cp);
+    if (e) t->loaded = e; /* prev, the sentinel too (mag.h), stays */
+    return false;
+  }
   mag_t *p = t->prev;
   if (p->n == p->cap) {
     size_t given = p->n * cp->size;
     mag_t *e = p == &mag_empty ? depot_empty_mag(cp) : depot_free_exchange(cp, p);
     if (!e) return false;
     mag_held_add(-(ptrdiff_t)given);
-    if (t->loaded == &mag_empty) { /* and so is prev */
-      t->loaded = e;
+    if (e == p && drain) { /* the depot keeps no more: the caller drains p */
+      *drain = p;
+      t->prev = &mag_empty;
       return false;
     }
+    if (e == p) mag_drain(cp, p);
     p = e;
   }
   p->rounds[p->n++] = obj;
   t->prev = t->loaded;
   t->loaded = p;
   return true;
+}
+
+void mag_drain(cache_t *cp, mag_t *m) {
+  slab_free(cp, m->rounds, m->n);
+  m->n = 0;
 }
 
 /* The lock a miss of the calling thread in cache cp takes: its tcache's for malloc's classes,
@@ -258,14 +278,14 @@ static lock_t *mag_miss_begin(cache_t *cp) {
 
 void *mag_own_alloc_miss(cache_t *cp, mag_pair_t *t) {
   lock_t *held = mag_miss_begin(cp);
-  void *obj = mag_alloc_refill(cp, t, false);
+  void *obj = mag_alloc_refill(cp, t, NULL);
   if (held) lock_release(held);
   return obj;
 }
 
 bool mag_own_free_miss(cache_t *cp, mag_pair_t *t, void *obj) {
   lock_t *held = mag_miss_begin(cp);
-  bool kept = mag_free_room(cp, t, obj);
+  bool kept = mag_free_room(cp, t, obj, NULL);
   if (held) lock_release(held);
   return kept;
 }
@@ -461,11 +481,14 @@ void mag_thread_register(void) {
   (void)mag_self();
 }
 
-size_t mag_thread_stacks(uintptr_t *out, size_t max) {
+size_t mag_thread_stacks(uintptr_t *stacks, uint32_t *tids, size_t max) {
   size_t n = 0;
   lock_acquire(&mag_registry_lock);
   for (tcache_t *tc = mag_registry.next; tc != &mag_registry && n < max; tc = tc->next)
-    if (tc != mag_tls) out[n++] = tc->stack;
+    if (tc != mag_tls) {
+      stacks[n] = tc->stack;
+      tids[n++] = tc->tid;
+    }
   lock_release(&mag_registry_lock);
   return n;
 }

@@ -151,12 +151,15 @@ typedef struct mag_thread_row {
 /* The rows of the max busiest live threads (by allocations and frees), in no order; returns
    how many it wrote. */
 size_t mag_thread_rows(mag_thread_row_t *rows, size_t max);
-/* An address in the stack of each live thread with a cache but the caller, at most max of
-   them; returns how many. */
-size_t mag_thread_stacks(uintptr_t *out, size_t max);
+/* An address in the stack of each live thread with a cache but the caller, and its kernel
+   thread id, at most max of them; returns how many. */
+size_t mag_thread_stacks(uintptr_t *stacks, uint32_t *tids, size_t max);
 /* Gives the calling thread its cache now, if it has none yet: debug mode, whose blocks bypass
    the magazines, so enters its threads in the registry that mag_thread_stacks reads. */
 void mag_thread_register(void);
+
+/* Aborts with a report if an invariant of the magazine layer is broken (mag_check.c). */
+void mag_check(void);
 
 void mag_fork_prepare(void);
 void mag_fork_parent(void);

@@ -1,7 +1,7 @@
 /*
- * mag_impl: what the magazine layer's files share and nothing else uses: mag.c (thread caches,
- * the registry, the slow paths), mag_percpu.c (per-CPU magazines), mag_slots.c (object-cache
- * slots) and mag_reclaim.c (the reaper's parking). Other layers use mag.h and mag_fast.h.
+ * mag_impl: private to the magazine files (mag*.c; scripts/check-layers.py checks): mag.c (thread
+ * caches, the registry, the slow paths), mag_percpu.c (per-CPU magazines), mag_slots.c (object-
+ * cache slots), mag_reclaim.c (the reaper's parking). Everyone else uses mag.h and mag_fast.h.
  */
 #ifndef MAGPIE_MAG_IMPL_H
 #define MAGPIE_MAG_IMPL_H
@@ -26,12 +26,21 @@ void mag_pair_to_depot(cache_t *cp, mag_pair_t *t);
 
 /* The slow paths of a pair whose loaded magazine is empty (alloc) or full (free), called with
    the pair's lock held where it has one: they change only the previous magazine, trading it
-   with the depot or filling it from the slab layer, and then make it the loaded one. A CPU's
-   pair (cpu) starts bigger and spreads its rounds over cache lines (mag_percpu.c).
+   with the depot or filling it from the slab layer, and then make it the loaded one.
    mag_alloc_refill returns NULL when memory ran out; mag_free_room returns false when the
-   caller must free obj to the slab layer itself. */
-void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, bool cpu);
-bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj);
+   caller must free obj to the slab layer itself. A caller that must not call the slab layer
+   under its lock (a CPU's, mag_percpu.c) passes fill (drain): where that would be needed, the
+   previous magazine leaves the pair, which keeps the sentinel in its place, and is handed out
+   through *fill (*drain), NULL (false) returned: the caller fills it (mag_slab_fill) or drains
+   it (mag_drain) once its lock is released. */
+void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, mag_t **fill);
+bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj, mag_t **drain);
+/* Fills empty magazine p from the slab layer (or a new one in place of the sentinel, or a
+   bigger one); returns what is now in p's place, with rounds unless memory ran out. A CPU's
+   (cpu) starts bigger and spreads its rounds over cache lines. */
+mag_t *mag_slab_fill(cache_t *cp, mag_t *p, bool cpu);
+/* Gives magazine m's rounds back to the slab layer; m is left empty. */
+void mag_drain(cache_t *cp, mag_t *m);
 
 /* Counts a miss past the magazines of cp (statistics; on slow paths only). */
 static inline void mag_count_cache_miss(cache_t *cp) {
@@ -49,6 +58,7 @@ void mag_direct_free(cache_t *cp, void *obj);
 /* mag_percpu.c */
 #define MAG_SPREAD_RUNS 8 /* line-aligned runs in a CPU's first refill of a small class */
 void mag_cpu_init(void);
+mag_cpu_t *mag_cpu(unsigned cpu); /* CPU cpu's record, cpu < mag_cpu_count() */
 /* The per-CPU magazines for a thread starting as the live-th, or NULL: its own. */
 char *mag_cpu_for_thread(unsigned live);
 void mag_cpu_spread_lines(void **rounds, uint32_t n);

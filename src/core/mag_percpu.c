@@ -12,7 +12,9 @@
  *      pair and changes only the previous magazine, which no sequence touches; the new loaded
  *      one is stored by a sequence that commits only on that CPU (mag_cpu_install). A thread
  *      that moved meanwhile leaves the CPU's loaded magazine in place and parks the new one as
- *      the previous: nothing is lost or shared.
+ *      the previous: nothing is lost or shared. The sentinel is the exception: no sequence
+ *      commits on it, so it is replaced from any CPU, and a pair never holds the sentinel
+ *      loaded beside a real magazine (mag_check.c checks).
  *   3. Threads taking turns on a CPU get neighbouring objects from its magazines, and write
  *      the same lines once they run apart. So a CPU's refill from the slab layer is dealt out a
  *      line at a time (mag_cpu_spread_lines), and its first refill of a class of blocks smaller
@@ -20,10 +22,17 @@
  *   4. The reaper takes the pairs of a CPU that has not missed since its last look: it stores
  *      the sentinel into the loaded slots and fences the CPU (membarrier restarts any sequence
  *      still using one), after which they are its own.
+ *   5. A CPU's lock is never held across the slab layer (its lock, a fresh slab's mapping and
+ *      page faults): a thread preempted there would stall every thread on the CPU that misses
+ *      (33 threads on 2 CPUs waited 11 s in all). A refill takes the empty previous magazine
+ *      out of the pair and fills it after releasing the lock; a full one the depot does not
+ *      keep leaves the pair and is drained after. Under the lock: pairs, depot trades and
+ *      empty magazines only.
  * Locking: a CPU's lock guards its previous magazines, its misses and any change of a loaded
  * one outside a sequence. It is taken after mag_registry_lock (front/fork.c writes the order).
  */
 #include "depot.h"
+#include "inject.h"
 #include "mag_impl.h"
 #include "options.h"
 #include "os.h"
@@ -40,7 +49,7 @@ static char *mag_cpus; /* mag_cpu_t[mag_ncpus], or NULL: magazines are per threa
 static unsigned mag_ncpus;
 static bool mag_cpu_fence; /* os_fence_rseq works: idle CPUs' loaded magazines can be taken */
 
-static mag_cpu_t *mag_cpu(unsigned cpu) {
+mag_cpu_t *mag_cpu(unsigned cpu) {
   return (mag_cpu_t *)(mag_cpus + (size_t)cpu * sizeof(mag_cpu_t));
 }
 
@@ -103,50 +112,94 @@ void mag_cpu_spread_lines(void **rounds, uint32_t n) {
 }
 
 #if RSEQ_SUPPORTED
-/* A miss on the CPU's magazines: reaps if it is time, then takes the lock of the CPU the thread
-   runs on (it may move away while it holds it: mag_cpu_install checks). */
+/* Takes the lock of the CPU the thread runs on (it may move away while it holds it:
+   mag_cpu_install checks). */
 static mag_cpu_t *mag_cpu_lock(unsigned *cpu) {
-  mag_miss_hook();
   *cpu = (unsigned)rseq_cpu(mag_rseq_area);
   mag_cpu_t *mc = mag_cpu(*cpu);
   lock_acquire(&mc->lock);
-  STAT_ADD(mc->misses, 1);
+  INJECT(INJECT_CPU_LOCKED);
   return mc;
 }
 
-/* Makes t, a copy of the CPU's pair of class c as a slow path left it, the CPU's. The loaded
-   magazine changes in a sequence on that CPU; if the thread has moved off it, the CPU keeps
-   its loaded magazine and the new one becomes the previous (the old previous is already in
-   the new one's place or the depot's). */
-static void mag_cpu_install(mag_cpu_t *mc, unsigned cpu, unsigned c, const mag_pair_t *t) {
-  mag_pair_t *slot = &mc->mags[c];
-  if (t->loaded == slot->loaded ||
-      rseq_store_on(cpu, (void **)&slot->loaded, t->loaded, mag_rseq_area))
-    slot->prev = t->prev;
-  else
-    slot->prev = t->loaded;
+/* A miss on the CPU's magazines: reaps if it is time, then locks the CPU and counts the miss. */
+static mag_cpu_t *mag_cpu_miss(cache_t *cp, unsigned *cpu) {
+  mag_miss_hook();
+  mag_cpu_t *mc = mag_cpu_lock(cpu);
+  STAT_ADD(mc->misses, 1);
+  mag_count_cache_miss(cp);
+  return mc;
 }
 
+/* Makes t, a copy of the CPU's pair of class c as a slow path left it, the CPU's. A loaded
+   magazine changes in a sequence on that CPU, since one of its sequences may still be working
+   on it; the sentinel, on which no sequence commits anything, is replaced from anywhere. If the
+   thread has moved off the CPU and a real magazine is loaded there, the CPU keeps it and the
+   new one becomes the previous (the old previous is already in the new one's place or the
+   depot's). Either way the sentinel stays loaded only beside the sentinel (mag.h). */
+static void mag_cpu_install(mag_cpu_t *mc, unsigned cpu, unsigned c, const mag_pair_t *t) {
+  mag_pair_t *slot = &mc->mags[c];
+  if (t->loaded == slot->loaded) {
+    slot->prev = t->prev;
+  } else if (slot->loaded == &mag_empty) {
+    __atomic_store_n(&slot->loaded, t->loaded, __ATOMIC_RELEASE); /* its rounds first */
+    slot->prev = t->prev;
+  } else if (rseq_store_on(cpu, (void **)&slot->loaded, t->loaded, mag_rseq_area)) {
+    slot->prev = t->prev;
+  } else {
+    slot->prev = t->loaded;
+  }
+}
+
+/* Returns NULL when memory ran out. Where the depot has no full magazine, the CPU's empty
+   previous one is filled from the slab layer without the lock (theory 5), and then joins the
+   pair of the CPU the thread runs on, unless that one has found rounds meanwhile. */
 void *mag_cpu_alloc_miss(cache_t *cp, unsigned c) {
   unsigned cpu;
-  mag_cpu_t *mc = mag_cpu_lock(&cpu);
-  mag_count_cache_miss(cp);
+  mag_cpu_t *mc = mag_cpu_miss(cp, &cpu);
   mag_pair_t t = mc->mags[c];
-  void *obj = mag_alloc_refill(cp, &t, true);
+  mag_t *fill = NULL;
+  void *obj = mag_alloc_refill(cp, &t, &fill);
+  if (fill) {
+    mc->mags[c].prev = t.prev; /* the sentinel: fill has left the pair */
+    lock_release(&mc->lock);
+    fill = mag_slab_fill(cp, fill, true);
+    if (fill->n == 0) { /* out of memory */
+      mag_to_depot(cp, fill);
+      return NULL;
+    }
+    obj = fill->rounds[--fill->n];
+    mc = mag_cpu_lock(&cpu);
+    t = mc->mags[c];
+    if (t.prev->n == 0) {
+      mag_to_depot(cp, t.prev);
+      t.prev = t.loaded;
+      t.loaded = fill;
+    } else {
+      mag_to_depot(cp, fill);
+    }
+  }
+  INJECT(INJECT_CPU_INSTALL);
   mag_cpu_install(mc, cpu, c, &t);
   lock_release(&mc->lock);
   return obj;
 }
 
-/* Returns false when no magazine had room; the caller frees to the slab itself. */
+/* Returns false when no magazine had room; the caller frees to the slab itself. A full
+   previous magazine the depot does not keep is drained without the lock (theory 5). */
 bool mag_cpu_free_miss(cache_t *cp, unsigned c, void *obj) {
   unsigned cpu;
-  mag_cpu_t *mc = mag_cpu_lock(&cpu);
-  mag_count_cache_miss(cp);
+  mag_cpu_t *mc = mag_cpu_miss(cp, &cpu);
   mag_pair_t t = mc->mags[c];
-  bool kept = mag_free_room(cp, &t, obj);
+  mag_t *drain = NULL;
+  bool kept = mag_free_room(cp, &t, obj, &drain);
+  INJECT(INJECT_CPU_INSTALL);
   mag_cpu_install(mc, cpu, c, &t);
   lock_release(&mc->lock);
+  if (drain) {
+    mag_drain(cp, drain);
+    mag_to_depot(cp, drain);
+  }
   return kept;
 }
 #endif
@@ -169,6 +222,7 @@ void mag_cpu_reclaim(bool all) {
           taken = true;
         }
       }
+      if (taken) INJECT(INJECT_CPU_PARKED);
       bool fenced = taken && os_fence_rseq(i);
       for (unsigned c = 1; c <= SC_COUNT && taken; c++)
         if (loaded[c] != &mag_empty) {

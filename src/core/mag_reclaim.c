@@ -23,6 +23,7 @@
  * Locking: mag_registry_lock, then up to MAG_PARK_BATCH threads' locks at once, held until the
  * batch is settled (front/fork.c writes the order).
  */
+#include "inject.h"
 #include "mag_impl.h"
 #include "os.h"
 
@@ -91,6 +92,7 @@ void mag_reclaim_idle(void) {
       tc->misses_seen = tc->misses;
       lock_release(&tc->lock);
     }
+    if (n) INJECT(INJECT_THREAD_PARKED);
     bool fenced = n && os_fence_threads();
     for (unsigned i = 0; i < n; i++) {
       mag_thread_settle(batch[i], mag_parked[i], fenced);

@@ -62,6 +62,9 @@ static const opt_entry_t opt_table[] = {
     {"hugepages_min", OPT_SIZE, offsetof(options_t, hugepages_min), 0, 0},
     {"profile_rate", OPT_SIZE, offsetof(options_t, profile_rate), 0, (size_t)1 << 40},
     {"profile_file", OPT_PATH, offsetof(options_t, profile_file), 0, 0},
+#ifdef MAGPIE_INJECT /* the test build libmagpie_inject.so only: elsewhere an unknown option */
+    {"inject", OPT_SIZE, offsetof(options_t, inject), 0, 0},
+#endif
 };
 
 static bool opt_parse_size(const char *s, size_t len, size_t *out) {

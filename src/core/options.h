@@ -29,6 +29,7 @@ typedef struct options {
   size_t hugepages_min;   /* auto: slab heap bytes from which huge pages are used */
   size_t profile_rate;    /* heap profiler: about one sample per this many bytes; 0 off */
   char profile_file[256]; /* heap profile written at exit ("%p": the pid); empty = none */
+  size_t inject;          /* test build (platform/inject.h): seed of forced races; 0 off */
 } options_t;
 
 extern options_t opt;

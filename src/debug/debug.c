@@ -45,8 +45,10 @@ static uint32_t debug_thread_id(void) {
 
 void debug_init(const char *flags) {
   if (!debug_flags_parse(flags)) return;
-  if (debug_flags.leaks_unreachable)
+  if (debug_flags.leaks_unreachable) {
     os_track_start(); /* the scan must tell magpie's mappings from the program's */
+    debug_leaks_init();
+  }
   records_init();
   debug_on = true;
 }
@@ -65,6 +67,14 @@ static int capture_stack(uintptr_t *stack) {
   return n;
 }
 
+/* With `leaks`, a thread that allocates or frees enters the registry, whose stacks are roots
+   (debug_leaks.c), and its exit will be recorded: the stack it leaves is none. */
+static void register_thread(void) {
+  if (!debug_flags.leaks_unreachable) return;
+  mag_thread_register();
+  debug_leaks_thread_start();
+}
+
 /* ---- allocation ---- */
 
 void *debug_alloc(size_t size, size_t align, int kind, bool zero) {
@@ -74,8 +84,7 @@ void *debug_alloc(size_t size, size_t align, int kind, bool zero) {
     return NULL;
   }
   int depth = capture_stack(stack);
-  if (debug_flags.leaks_unreachable)
-    mag_thread_register(); /* its stack is a root (debug_leaks.c) */
+  register_thread();
   bool guard = debug_flags.guards && (debug_flags.guards_all || size > DEBUG_GUARD_MIN);
   size_t front = debug_flags.redzone && align <= 16 ? DEBUG_FRONT : 0;
   chunk_t c;
@@ -237,6 +246,7 @@ static void free_internal(void *p, size_t size, size_t align, int kind, const ch
 
 void debug_free(void *p, size_t size, size_t align, int kind) {
   if (!p) return;
+  register_thread();
   free_internal(p, size, align, kind, free_name(size, align, kind));
 }
 
@@ -282,10 +292,13 @@ size_t debug_usable_size(void *p) {
 
 /* ---- exit and fork ---- */
 
-/* Whether the parent process runs this same magpie in debug mode: a shell, a build or a
-   program forking workers would otherwise print one leak report per child, each as long as
-   the parent's (a forked child's heap is its parent's copy), for blocks that are the child
-   programs' own and that the developer did not ask about. */
+/* Whether the parent process runs this same magpie in debug mode. `leaks` reports in such a
+   child all the same, as LeakSanitizer does (it lists only leaks, and says nothing when there
+   are none: a program started by a shell or a build that runs under debug mode too must still
+   report its leaks), unless `nochildren`. leaks=all lists every block never freed, reachable
+   or not: a shell, a build or a program forking workers would print one such list per child,
+   each as long as the parent's (a forked child's heap is its parent's copy), so it reports
+   only in the first process unless `children`. */
 static bool parent_in_debug_mode(void) {
   int parent = os_parent_pid();
   return parent > 1 && os_pid_env_has(parent, "MAGPIE_DEBUG=") &&
@@ -297,8 +310,9 @@ void debug_at_exit(void) {
      (the verify just run) still hold block addresses. */
   uintptr_t frame = (uintptr_t)__builtin_frame_address(0);
   if (debug_flags.redzone || debug_flags.patterns) debug_verify_records();
-  if (debug_flags.leaks && (debug_flags.leaks_children || !parent_in_debug_mode()))
-    debug_leaks_report(frame);
+  bool in_children =
+      debug_flags.leaks_children || (!debug_flags.leaks_nochildren && !debug_flags.leaks_all);
+  if (debug_flags.leaks && (in_children || !parent_in_debug_mode())) debug_leaks_report(frame);
 }
 
 void debug_fork_prepare(void) {

@@ -10,9 +10,10 @@
  *      still apply. Debug mode is on when any known flag is given; the misuse checks (double,
  *      interior, foreign free, size, alignment and kind mismatches) are then always on, so
  *      `checks` is the flag that asks for them alone.
- *   3. `leaks` lists the blocks no pointer reaches and counts the others in one line;
- *      leaks=all lists every block never freed. Either reports only in the process that debug
- *      mode started in, not in its children, unless `children` (debug.c).
+ *   3. `leaks` lists the blocks no pointer reaches and counts the others in one line, in every
+ *      process, as LeakSanitizer, unless `nochildren`; leaks=all lists every block never freed,
+ *      only in the process that debug mode started in, not in its children, unless `children`
+ *      (debug.c).
  *   4. Stacks are kept (depth > 0) only when audit or leaks needs them; either gives a default
  *      depth when audit=N did not set one.
  */
@@ -75,6 +76,8 @@ static bool parse_flag(const char *s, size_t name_len, const char *val, size_t v
       debug_flags.leaks = true;
     else if (word_is(s, name_len, "children"))
       debug_flags.leaks_children = true;
+    else if (word_is(s, name_len, "nochildren"))
+      debug_flags.leaks_nochildren = true;
     else if (word_is(s, name_len, "continue"))
       debug_flags.keep_going = true;
     else if (word_is(s, name_len, "checks"))

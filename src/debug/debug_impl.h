@@ -1,6 +1,6 @@
 /*
- * debug_impl: what the files of debug mode share with one another. Private to src/debug/; the
- * front layer sees only debug.h.
+ * debug_impl: what the files of debug mode share with one another. Private to the debug*.c files
+ * (scripts/check-layers.py checks); the front layer sees only debug.h.
  *
  *   debug_flags.c    MAGPIE_DEBUG parsed into debug_flags
  *   debug_chunks.c   the memory under a block, from the layers below
@@ -31,6 +31,7 @@ typedef struct debug_flags {
   bool leaks_unreachable; /* list those no pointer reaches, count the rest */
   bool leaks_all;         /* list every block never freed */
   bool leaks_children;    /* report in child processes of a debug-mode parent too */
+  bool leaks_nochildren;  /* report in none of them (`leaks` reports in them by default) */
   bool keep_going;        /* `continue`: report and go on instead of aborting */
   unsigned depth;         /* frames kept per stack (audit or leaks); 0: none */
   size_t verify_every;    /* magpie_verify every this many operations; 0: never */
@@ -175,5 +176,7 @@ void record_retire(block_record_t *r, chunk_batch_t *b, pending_errors_t *es);
 
 /* stack_from: the lowest stack address that belongs to the program's frames */
 void debug_leaks_report(uintptr_t stack_from);
+void debug_leaks_init(void);         /* at start, with `leaks`: watches thread exits */
+void debug_leaks_thread_start(void); /* a thread allocates: its exit will be recorded */
 
 #endif

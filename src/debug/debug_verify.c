@@ -10,7 +10,7 @@
  *   2. Damage is recorded as a pending error and repaired at once, so the same damage is not
  *      reported again by the next check. A guarded block in quarantine is not checked: it is
  *      inaccessible, a write would have faulted.
- *   3. magpie_verify checks the slabs and the heap arena in any mode, and in debug mode every
+ *   3. magpie_verify checks the magazines, slabs and arenas in any mode, and in debug mode every
  *      record's block too: a live block's redzones, a quarantined block's pattern. Errors are
  *      collected under debug_lock into verify_errors (at most DEBUG_VERIFY_ERRORS in full, the
  *      rest counted) and reported after it is released.
@@ -22,6 +22,7 @@
 #include "debug.h"
 #include "debug_impl.h"
 #include "hugepage.h"
+#include "mag.h"
 #include "magpie.h"
 #include "sizeclass.h"
 #include "slab.h"
@@ -157,6 +158,7 @@ int debug_verify_records(void) {
 }
 
 MAGPIE_EXPORT int magpie_verify(void) {
+  mag_check();
   for (unsigned c = 1; c <= SC_COUNT; c++)
     slab_check(&malloc_caches[c]);
   vmem_check(&slab_arena);

@@ -85,12 +85,13 @@ static size_t cache_reap(bool everything, size_t keep_dirty) {
   return given + hugepage_reap(keep_dirty, everything);
 }
 
-/* Reaps every reap_ms and publishes the live statistics every publish_ms (stats.c), waking for
+/* Reaps every reap_ms and publishes the live statistics every publish_ms (stats_live.c), waking for
    whichever is sooner. */
 static void *reaper_main(void *arg) {
   (void)arg;
   size_t nap = opt.publish_ms && opt.publish_ms < opt.reap_ms ? opt.publish_ms : opt.reap_ms;
   uint64_t period = (uint64_t)opt.reap_ms * 1000000u, last = os_now_ns();
+  stats_publish(last); /* starts the first snapshot's clock, if no miss has (stats_live.c) */
   for (;;) {
     os_sleep_ms(nap);
     uint64_t now = os_now_ns(), quiet = now - __atomic_load_n(&cache_last_slow, __ATOMIC_RELAXED);

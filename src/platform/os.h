@@ -1,4 +1,17 @@
-/* os: the contract between magpie and the kernel. See os.c. */
+/*
+ * os: the contract between magpie and the kernel, the one platform header the layers above
+ * include for it. Its implementation, one concern a file, each with its theory:
+ *   os_mem.c      anonymous mappings, advice, protection, the mapped-bytes count
+ *   os_file.c     files through raw system calls, shared and file mappings, os_fatal
+ *   os_thread.c   magpie's threads and helpers, futexes, clocks
+ *   os_fence.c    membarrier, and the rseq area glibc registered
+ *   os_machine.c  page size, CPUs, cgroup limits, THP mode, random bits (os_init)
+ *   os_proc.c     /proc of this process: maps, huge pages in smaps, RSS
+ *   os_track.c    the record of which mappings are magpie's
+ *   os_parent.c   the parent-process probe
+ *   os_stdio.c    stdio's list lock, for fork
+ * os_impl.h is private to those files. Nothing here allocates or takes a lock of magpie's.
+ */
 #ifndef MAGPIE_OS_H
 #define MAGPIE_OS_H
 
@@ -43,7 +56,7 @@ void *os_map_hugetlb(size_t size, size_t align);
 enum { OS_THP_NONE, OS_THP_NEVER, OS_THP_MADVISE, OS_THP_ALWAYS };
 int os_thp_mode(void); /* the kernel's transparent huge page mode (sysfs), read now */
 /* Bytes on huge pages (transparent or hugetlb) in the mappings for which mine(lo, hi) holds,
-   from one read of /proc/self/smaps. mine is called without any lock of os.c held. */
+   from one read of /proc/self/smaps. os holds no lock while it calls mine. */
 size_t os_huge_bytes(bool (*mine)(uintptr_t lo, uintptr_t hi));
 /* Makes pages readable and writable, or inaccessible (guard pages); false on failure. */
 bool os_protect(void *p, size_t size, bool accessible);
@@ -115,7 +128,7 @@ void os_mappings(const uintptr_t *addr, size_t n, uintptr_t *lo, uintptr_t *hi);
    of the line ("PERMS OFFSET DEVICE INODE PATH"), NUL-terminated. */
 typedef void os_maps_fn(void *ctx, uintptr_t lo, uintptr_t hi, const char *rest);
 void os_maps_each(int pid, os_maps_fn *fn, void *ctx);
-/* From os_track_start on, the ranges magpie maps are recorded (os.c theory 8); os_tracked
+/* From os_track_start on, the ranges magpie maps are recorded (os_track.c); os_tracked
    copies them into out[0..cap) and returns their count, or SIZE_MAX when they are not known
    (tracking off, the table overflowed, or more than cap). */
 typedef struct os_range {

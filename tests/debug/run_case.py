@@ -37,7 +37,7 @@ def leak_groups(report):
     groups = []
     current = None
     for line in report.splitlines():
-        m = re.match(r"magpie: leak of (\d+) blocks?, (\d+) bytes", line)
+        m = re.match(r"magpie: (?:direct |indirect )?leak of (\d+) blocks?, (\d+) bytes", line)
         if m:
             current = [int(m.group(1)), int(m.group(2)), line + "\n"]
             groups.append(current)

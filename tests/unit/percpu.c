@@ -11,7 +11,10 @@
  *     the loaded one too (fenced with membarrier), once it has been quiet for an interval;
  *   - a CPU's first refill of 16-byte blocks hands out one block of each cache line before a
  *     second of any, so threads taking turns on the CPU do not share lines;
- *   - a worker's 32-bit counts are folded into the totals before they can wrap.
+ *   - a worker's 32-bit counts are folded into the totals before they can wrap;
+ *   - the magazine layer's invariant checker (mag_check.c) passes on what each part leaves, and
+ *     aborts, in a child, on a CPU pair with the sentinel loaded beside a magazine and on a
+ *     magazine both in a CPU's pair and on a depot list.
  * Exits 77 (skipped, unit.h) where glibc registered no rseq area; and, after the rest has passed,
  * where membarrier cannot fence rseq: magpie then leaves CPUs' loaded magazines in place, and the
  * checks that they are taken are skipped.
@@ -19,7 +22,7 @@
 #define _GNU_SOURCE
 #include "cache.h"
 #include "depot.h"
-#include "mag.h"
+#include "mag_impl.h"
 #include "magpie.h"
 #include "os.h"
 #include "sizeclass.h"
@@ -138,6 +141,38 @@ static void *fold_user(void *arg) {
   return NULL;
 }
 
+/* Breaks the magazine layer with breaker in a child process (unit_in_child), then runs the
+   checker there: it must abort with a report that contains expect. */
+#define BROKEN_CLASS 3
+static void (*breaker_now)(mag_pair_t *pair, cache_t *cp);
+
+static void break_and_check(void *arg) {
+  (void)arg;
+  breaker_now(&mag_cpu(0)->mags[BROKEN_CLASS], &malloc_caches[BROKEN_CLASS]);
+  mag_check();
+}
+
+static void check_catches(void (*breaker)(mag_pair_t *pair, cache_t *cp), const char *expect) {
+  static char report[4096];
+  breaker_now = breaker;
+  int status = unit_in_child(break_and_check, NULL, report, sizeof report);
+  UCHECK(WIFSIGNALED(status) && strstr(report, expect) != NULL);
+}
+
+/* The state a slow path that moved CPUs used to leave (the sentinel loaded, a magazine beside
+   it). */
+static void break_half_sentinel(mag_pair_t *pair, cache_t *cp) {
+  (void)cp;
+  *pair = (mag_pair_t){&mag_empty, depot_mag_new(4)};
+}
+
+/* A magazine both previous on a CPU and on its depot's empty list. */
+static void break_two_places(mag_pair_t *pair, cache_t *cp) {
+  mag_t *m = depot_mag_new(4);
+  depot_put(cp, m);
+  *pair = (mag_pair_t){depot_mag_new(4), m};
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   /* per-CPU magazines for every thread but the first; no heap profiling, whose sampled blocks
@@ -177,7 +212,9 @@ int main(int argc, char **argv) {
     frees += sum.frees[c];
   }
   UCHECK(allocs == frees && allocs >= (uint64_t)WORKERS * OPS);
+  mag_check();
   magpie_trim();
+  mag_check();
   UCHECK(!fence || unit_total_slabs() == 0);
 
   /* 2. the reaper takes a CPU's magazines, loaded ones included, only once it is quiet */
@@ -204,6 +241,11 @@ int main(int argc, char **argv) {
   /* 4. 32-bit counts are folded before they wrap */
   UCHECK(pthread_create(&q, NULL, fold_user, NULL) == 0);
   UCHECK(pthread_join(q, NULL) == 0);
+
+  /* 5. the invariant checker passes here, and catches a broken pair and a magazine held twice */
+  mag_check();
+  check_catches(break_half_sentinel, "a pair has the sentinel loaded beside a magazine");
+  check_catches(break_two_places, "a magazine is in two places");
   printf("percpu: ok (%d workers moved between CPUs, %d operations each)\n", WORKERS, OPS);
   return unit_exit();
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define UCHECK(expr)                                                                               \
@@ -45,6 +46,30 @@ static inline void unit_skip(const char *test, const char *what) {
 
 static inline int unit_exit(void) {
   return unit_skipped ? 77 : 0;
+}
+
+/* Runs fn(arg) in a child process (which then exits 0) with its stderr in report (at most
+   cap - 1 bytes, NUL-terminated); returns the child's wait status. For checks that must abort
+   with a report. */
+static inline int unit_in_child(void (*fn)(void *), void *arg, char *report, size_t cap) {
+  int fds[2];
+  UCHECK(pipe(fds) == 0);
+  pid_t pid = fork();
+  UCHECK(pid >= 0);
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    fn(arg);
+    _exit(0);
+  }
+  close(fds[1]);
+  size_t len = 0;
+  for (ssize_t n; len + 1 < cap && (n = read(fds[0], report + len, cap - 1 - len)) > 0;)
+    len += (size_t)n;
+  report[len] = '\0';
+  close(fds[0]);
+  int status;
+  UCHECK(waitpid(pid, &status, 0) == pid);
+  return status;
 }
 
 /* xorshift64*: deterministic sequences for randomised operations. */

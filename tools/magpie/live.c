@@ -129,11 +129,57 @@ static int live_open_once(pid_t pid, live_t **out, char *why, size_t cap, int *u
   return LIVE_OK;
 }
 
+/* Whether pid maps magpie's shared library (a process that preloads or links it). */
+static int maps_magpie(pid_t pid) {
+  char path[64], line[1024];
+  snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f))
+    found = strstr(line, "/libmagpie.so") != NULL;
+  fclose(f);
+  return found;
+}
+
+/* The interval pid publishes at, in ms: publish_ms, or reap_ms, of the MAGPIE_OPTIONS in its
+   environment (as it was at its exec), or reap_ms's default; at most LIVE_PUBLISH_WAIT_MAX_MS. */
+#define LIVE_REAP_MS_DEFAULT 1000
+#define LIVE_PUBLISH_WAIT_MAX_MS 10000
+static long publish_interval_ms(pid_t pid) {
+  char path[64], env[16384];
+  snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+  long publish = 0, reap = LIVE_REAP_MS_DEFAULT;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd >= 0 ? read(fd, env, sizeof env - 1) : -1;
+  if (fd >= 0) close(fd);
+  for (ssize_t at = 0; n > 0 && at < n; at += (ssize_t)strlen(env + at) + 1) {
+    env[n] = '\0';
+    if (strncmp(env + at, "MAGPIE_OPTIONS=", 15) != 0) continue;
+    const char *p = strstr(env + at, "publish_ms="), *r = strstr(env + at, "reap_ms=");
+    if (p) publish = strtol(p + 11, NULL, 10);
+    if (r) reap = strtol(r + 8, NULL, 10);
+  }
+  long ms = publish > 0 ? publish : reap > 0 ? reap : LIVE_REAP_MS_DEFAULT;
+  return ms < LIVE_PUBLISH_WAIT_MAX_MS ? ms : LIVE_PUBLISH_WAIT_MAX_MS;
+}
+
 int live_open(pid_t pid, live_t **out, char *why, size_t cap) {
-  for (int waited_ms = 0;; waited_ms += 10) {
+  long wait_ms = LIVE_FIRST_WAIT_MS;
+  int runs_magpie = -1; /* not asked yet */
+  for (long waited_ms = 0;; waited_ms += 10) {
     int unfinished = 0;
     int rc = live_open_once(pid, out, why, cap, &unfinished);
-    if (!unfinished || waited_ms >= LIVE_FIRST_WAIT_MS) return rc;
+    if (rc == LIVE_NO_AREA) {
+      /* magpie publishes its first snapshot as the process starts, a forked child's within one
+         interval: wait that long (and a margin, for a busy machine) for the area to appear. */
+      if (runs_magpie < 0) {
+        runs_magpie = maps_magpie(pid);
+        if (runs_magpie) wait_ms = publish_interval_ms(pid) + LIVE_FIRST_WAIT_MS;
+      }
+      unfinished = runs_magpie;
+    }
+    if (!unfinished || waited_ms >= wait_ms) return rc;
     struct timespec ts = {0, 10 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }

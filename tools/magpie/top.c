@@ -246,6 +246,14 @@ static int by_lock_key(const void *a, const void *b) {
   return order ? order : descending(x->acquisitions, y->acquisitions);
 }
 
+/* A cache's free objects in bytes, (mags + depot) x size, held at 2^64 - 1 where it overflows. */
+static uint64_t cached_bytes(const magpie_area_class_t *c) {
+  uint64_t objects = c->cached_mags + c->cached_depot, bytes;
+  if (objects < c->cached_mags || __builtin_mul_overflow(objects, c->size, &bytes))
+    return UINT64_MAX;
+  return bytes;
+}
+
 /* The caches with anything to show, sorted; returns how many (views has class_count places). */
 static uint32_t class_views(const top_t *t, class_view_t *views) {
   double dt = seconds_apart(t);
@@ -258,7 +266,7 @@ static uint32_t class_views(const top_t *t, class_view_t *views) {
                                 rate(c->frees, p->frees, dt),
                                 rate(c->misses, p->misses, dt),
                                 rate(c->depot_exchanges, p->depot_exchanges, dt),
-                                (c->cached_mags + c->cached_depot) * c->size};
+                                cached_bytes(c)};
   }
   sort_key = t->o.class_key;
   qsort(views, n, sizeof *views, by_class_key);
@@ -305,7 +313,7 @@ static void add_header(top_t *t, double wait_ms) {
            h->rss_bytes ? 100.0 * (double)h->huge_bytes / (double)h->rss_bytes : 0.0);
   double dt = seconds_apart(t);
   int known = t->have_prev;
-  char a[32], ar[16], f[32], fr[16], m[32], mr[16], w[16];
+  char a[32], ar[32], f[32], fr[32], m[32], mr[32], w[32];
   add_line(&t->frame,
            "totals: allocs %s (%s/s)   frees %s (%s/s)   misses %s (%s/s)   "
            "lock waits %s ms/s",
@@ -321,7 +329,7 @@ static void add_header(top_t *t, double wait_ms) {
 static void add_class_row(top_t *t, const class_view_t *v) {
   const magpie_area_class_t *c = v->c;
   int known = t->have_prev;
-  char al[16], fr[16], live[32], cached[32], mi[16], tr[16], fill[16], name[48];
+  char al[32], fr[32], live[32], cached[32], mi[32], tr[32], fill[32], name[48];
   if (c->slab_objects)
     snprintf(fill, sizeof fill, "%.0f%%",
              100.0 * (double)c->slab_objects_out / (double)c->slab_objects);
@@ -341,7 +349,7 @@ static void add_class_row(top_t *t, const class_view_t *v) {
 
 static void add_lock_row(top_t *t, const lock_view_t *v) {
   int known = t->have_prev;
-  char acq[16], con[16], wait[16];
+  char acq[32], con[32], wait[32];
   if (known)
     snprintf(wait, sizeof wait, "%.2f", v->wait_ms);
   else

@@ -1,0 +1,180 @@
+#!/bin/sh
+# The device bundle's runner (copied to bundle/run.sh by bench/bundle.sh): runs the many-core
+# matrix with nothing but a POSIX shell and the bundle, and writes into OUTDIR:
+#   runs.csv        one line per run (bench/scaling.py's CSV_FIELDS)
+#   machine.txt     key=value: CPUs, model, kernel, date, load, how the run ended
+#   allocators.txt  the bundle's allocators (name|library|version)
+#   failures.log    the last lines of stderr of each failed run
+# Summarise it anywhere with python3: python3 bench/scaling.py --from-bundle OUTDIR
+#
+#   bundle/run.sh [OUTDIR]    (default $OUT, else bundle/out)
+# Environment (optional):
+#   REPS=2                  repetitions; each runs every cell, allocators in an order rotated by
+#                           one per repetition
+#   THREADS="1 16"          only these thread counts of plan.txt
+#   WORKLOADS="larson prodcons"  only these workloads
+#   ALLOCATORS="glibc magpie"    only these allocators
+#   BUDGET_S=500            start no run after this many seconds (results so far are kept)
+#   TIMEOUT_S=60            a run still going after this is killed (recorded as "timeout")
+# Each program runs as: ld-linux-x86-64.so.2 --library-path lib [--preload libX.so] bench_prog
+# under bench_rusage (itself run by the bundled ld.so), which gives exit status, wall time and
+# peak RSS. Only shell built-ins are needed besides the bundle (clock: /proc/uptime).
+set -u
+case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
+here=$(cd "$here" && pwd)
+if [ ! -e "$here/plan.txt" ] || [ ! -e "$here/allocators.txt" ]; then
+  echo "run.sh: $here holds no plan.txt and allocators.txt (bench/bundle.sh builds them)" >&2
+  exit 2
+fi
+out=${1:-${OUT:-$here/out}}
+REPS=${REPS:-2}
+BUDGET_S=${BUDGET_S:-500}
+TIMEOUT_S=${TIMEOUT_S:-60}
+ld=$here/ld-linux-x86-64.so.2
+libs=$here/lib
+unset LD_PRELOAD LD_LIBRARY_PATH MALLOC_CONF MIMALLOC_OPTIONS MAGPIE_OPTIONS MAGPIE_DEBUG \
+  TCMALLOC_RELEASE_RATE BENCH_CHILD_PRELOAD
+mkdir -p "$out" || exit 1
+csv=$out/runs.csv
+tmp=$out/.tmp
+mkdir -p "$tmp"
+
+now() { # whole seconds since boot
+  read -r up _ < /proc/uptime
+  echo "${up%.*}"
+}
+member() { # word list: is word in list (an empty list holds everything)
+  [ -z "$2" ] && return 0
+  for x in $2; do [ "$x" = "$1" ] && return 0; done
+  return 1
+}
+
+ncpu=0
+cpu=?
+while IFS= read -r line; do
+  case $line in
+  processor*) ncpu=$((ncpu + 1)) ;;
+  "model name"*) cpu=${line#*: } ;;
+  esac
+done < /proc/cpuinfo
+read -r load_start _ < /proc/loadavg
+read -r kernel < /proc/sys/kernel/osrelease
+glibc=$("$ld" --version 2>/dev/null | { read -r first; first=${first%.}; echo "${first##* }"; })
+start=$(now)
+
+# The allocators, as "name|library" words, in the bundle's order.
+allocs=""
+n_allocs=0
+while IFS='|' read -r name lib _; do
+  member "$name" "${ALLOCATORS:-}" || continue
+  allocs="$allocs $name|$lib"
+  n_allocs=$((n_allocs + 1))
+done < "$here/allocators.txt"
+cp "$here/allocators.txt" "$out/allocators.txt"
+
+# Each preload must serve the programs: ld.so only warns when it cannot load one, and the program
+# then runs on glibc's malloc under another allocator's name. magpie must also print its exit
+# report (MAGPIE_OPTIONS=stats=1) with allocations counted. Nothing runs when one fails.
+preloads=ok
+for pair in $allocs; do
+  name=${pair%%|*}
+  lib=${pair#*|}
+  [ -n "$lib" ] || continue
+  served=no
+  MAGPIE_OPTIONS=stats=1 "$ld" --library-path "$libs" --preload "$here/$lib" \
+    "$here/bench_larson" -t 2 -i 2000 -n 10 > /dev/null 2> "$tmp/stderr" < /dev/null &&
+    served=yes
+  while IFS= read -r line; do
+    case $line in
+    *"cannot be preloaded"*) served=no ;;
+    " "*allocations" "*[1-9]*) [ "$name" = magpie ] && served=yes-report ;;
+    esac
+  done < "$tmp/stderr"
+  [ "$name" = magpie ] && [ "$served" = yes ] && served=no-report
+  case $served in
+  yes*) ;;
+  *) preloads="failed for $name ($served)"; cat "$tmp/stderr" >&2 ;;
+  esac
+done
+if [ "$preloads" != ok ]; then
+  echo "preloads=$preloads" > "$out/machine.txt"
+  echo "run.sh: the preload check $preloads: nothing run" >&2
+  exit 1
+fi
+echo "rep,workload,threads,allocator,status,wall_s,maxrss_kib,result" > "$csv"
+: > "$out/failures.log"
+
+ended=complete
+runs=0
+rep=1
+while [ $rep -le "$REPS" ] && [ "$ended" = complete ]; do
+  while IFS='|' read -r wl t prog args; do
+    member "$wl" "${WORKLOADS:-}" && member "$t" "${THREADS:-}" || continue
+    # This repetition's order: the allocators rotated by (rep - 1).
+    k=$(( (rep - 1) % n_allocs ))
+    set -- $allocs
+    i=0
+    while [ $i -lt $k ]; do first=$1; shift; set -- "$@" "$first"; i=$((i + 1)); done
+    for pair in "$@"; do
+      if [ $(( $(now) - start )) -ge "$BUDGET_S" ]; then
+        ended="budget of $BUDGET_S s spent during repetition $rep"
+        break 2
+      fi
+      name=${pair%%|*}
+      lib=${pair#*|}
+      rm -f "$tmp/stat"
+      if [ -n "$lib" ]; then
+        BENCH_TIMEOUT_S=$TIMEOUT_S "$ld" --library-path "$libs" "$here/bench_rusage" "$tmp/stat" \
+          "$ld" --library-path "$libs" --preload "$here/$lib" "$here/$prog" $args \
+          > "$tmp/stdout" 2> "$tmp/stderr" < /dev/null
+      else
+        BENCH_TIMEOUT_S=$TIMEOUT_S "$ld" --library-path "$libs" "$here/bench_rusage" "$tmp/stat" \
+          "$ld" --library-path "$libs" "$here/$prog" $args \
+          > "$tmp/stdout" 2> "$tmp/stderr" < /dev/null
+      fi
+      status=helper-failed wall= rss= timeout=
+      if [ -s "$tmp/stat" ]; then
+        read -r statline < "$tmp/stat"
+        for kv in $statline; do
+          case $kv in
+          status=*) status=${kv#status=} ;;
+          wall=*) wall=${kv#wall=} ;;
+          maxrss_kib=*) rss=${kv#maxrss_kib=} ;;
+          timeout=1) timeout=1 ;;
+          esac
+        done
+      fi
+      [ -n "$timeout" ] && status=timeout
+      result=
+      while IFS= read -r line; do
+        case $line in RESULT\ *) result=$line ;; esac
+      done < "$tmp/stdout"
+      echo "$rep,$wl,$t,$name,$status,$wall,$rss,$result" >> "$csv"
+      runs=$((runs + 1))
+      if [ "$status" = 0 ] && [ -n "$result" ]; then
+        echo "rep $rep $wl t=$t $name: ${wall}s ${rss}KiB"
+      else
+        echo "rep $rep $wl t=$t $name: FAILED status=$status"
+        { echo "== rep $rep $wl t=$t $name: status $status"; cat "$tmp/stderr"; } \
+          >> "$out/failures.log"
+      fi
+    done
+  done < "$here/plan.txt"
+  rep=$((rep + 1))
+done
+rm -rf "$tmp"
+read -r load_end _ < /proc/loadavg
+{
+  echo "nproc=$ncpu"
+  echo "cpu=$cpu"
+  echo "kernel=$kernel"
+  echo "glibc=glibc $glibc (bundled)"
+  echo "date=$(date -u '+%Y-%m-%dT%H:%M:%SZ' 2>/dev/null || echo '?')"
+  echo "loadavg_start=$load_start"
+  echo "loadavg_end=$load_end"
+  echo "elapsed_s=$(( $(now) - start ))"
+  echo "runs=$runs"
+  echo "ended=$ended"
+  echo "preloads=$preloads"
+} > "$out/machine.txt"
+echo "bundle: $runs runs in $(( $(now) - start )) s ($ended); results in $out"

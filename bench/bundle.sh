@@ -1,0 +1,83 @@
+#!/bin/sh
+# Builds the device bundle: a self-contained folder that runs the many-core matrix
+# (bench/scaling.py's workloads) on a machine with no package manager and maybe no python3.
+# It holds the benchmark programs and bench_rusage, libmagpie.so and the peers' libraries
+# (jemalloc, tcmalloc, mimalloc 2.0 from Debian; mimalloc 3 from build/peers, see
+# scripts/peer-mimalloc3.sh), Debian's ld-linux-x86-64.so.2 and, in lib/, every shared library
+# they load (libc, libm, libstdc++, libgcc_s, ...), so every program runs as
+#   bundle/ld-linux-x86-64.so.2 --library-path bundle/lib [--preload bundle/libX.so] bundle/prog
+# with nothing of the host's but its kernel. Also: plan.txt (the cells: name|threads|program|
+# arguments, from scaling.py --emit-plan), allocators.txt (name|library|version) and run.sh (the
+# runner, bench/bundle-run.sh: POSIX sh, no python). bench/README.md says how to run it.
+#
+#   bench/bundle.sh [-t THREADS] [-w WORK] [-b BUILD] [-n] [DEST]
+#     THREADS  comma-separated thread counts (default 1,4,16,64)
+#     WORK     factor on each program's total work (default 2: on 16 CPUs a run at 16 threads
+#              takes a tenth of one at 1 thread)
+#     BUILD    the build folder with libmagpie.so and bench/ (default $BUILD or build)
+#     -n       fetch nothing: leave out mimalloc3 unless it is already under BUILD/peers
+#     DEST     the bundle (default bundle/ at the top of the checkout, ignored by git)
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+threads=1,4,16,64
+work=2
+build=$root/${BUILD:-build}
+fetch=yes
+while getopts t:w:b:n opt; do
+  case $opt in
+  t) threads=$OPTARG ;;
+  w) work=$OPTARG ;;
+  b) build=$OPTARG ;;
+  n) fetch=no ;;
+  *) sed -n '2,22p' "$0" >&2; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+dest=${1:-$root/bundle}
+libdir=/usr/lib/x86_64-linux-gnu
+
+progs="larson prodcons threadchurn mstress servermix falseshare rusage"
+for p in $progs; do
+  [ -x "$build/bench/bench_$p" ] ||
+    { echo "bundle: $build/bench/bench_$p not built (make build)" >&2; exit 1; }
+done
+[ -e "$build/libmagpie.so" ] || { echo "bundle: $build/libmagpie.so not built" >&2; exit 1; }
+[ $fetch = no ] || "$root/scripts/peer-mimalloc3.sh" "$build/peers/mimalloc3"
+
+rm -rf "$dest"
+mkdir -p "$dest/lib"
+# name|library|version of each allocator; glibc preloads nothing.
+printf 'glibc||glibc %s\n' "$(getconf GNU_LIBC_VERSION | cut -d' ' -f2)" > "$dest/allocators.txt"
+add_lib() { # name source version
+  cp -L "$2" "$dest/$(basename "$2")"
+  printf '%s|%s|%s\n' "$1" "$(basename "$2")" "$3" >> "$dest/allocators.txt"
+}
+add_deb() { # name library package
+  [ -e "$libdir/$2" ] || return 0
+  add_lib "$1" "$libdir/$2" "$3 $(dpkg-query -W -f '${Version}' "$3" 2>/dev/null || echo '?')"
+}
+built=$(date -r "$build/libmagpie.so" '+%Y-%m-%d %H:%M')
+add_lib magpie "$build/libmagpie.so" "git $(git -C "$root" describe --always --dirty), built $built"
+add_deb jemalloc libjemalloc.so.2 libjemalloc2
+add_deb tcmalloc libtcmalloc_minimal.so.4 libtcmalloc-minimal4
+add_deb mimalloc libmimalloc.so.2 libmimalloc2.0
+m3=$build/peers/mimalloc3/cmeel.prefix/lib/libmimalloc.so.3
+[ -e "$m3" ] && add_lib mimalloc3 "$m3" "cmeel-mimalloc 3.4.3 (PyPI)"
+
+for p in $progs; do
+  cp "$build/bench/bench_$p" "$dest/"
+done
+# Every library the programs and allocators load, by the name they ask for (ldd: "name => path").
+for f in "$dest"/bench_* "$dest"/lib*.so*; do
+  ldd "$f" 2>/dev/null | while read -r name arrow path _; do
+    if [ "$arrow" = "=>" ] && [ -e "$path" ] && [ ! -e "$dest/lib/$name" ]; then
+      cp -L "$path" "$dest/lib/$name"
+    fi
+  done
+done
+cp -L /lib64/ld-linux-x86-64.so.2 "$dest/ld-linux-x86-64.so.2"
+python3 "$root/bench/scaling.py" --emit-plan "$dest/plan.txt" --threads "$threads" --work "$work"
+cp "$root/bench/bundle-run.sh" "$dest/run.sh"
+chmod +x "$dest/run.sh"
+echo "bundle: $dest ($(du -sh "$dest" | cut -f1); $(wc -l < "$dest/plan.txt") cells," \
+  "$(wc -l < "$dest/allocators.txt") allocators)"

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Tests of the many-core matrix (ctest bench_runner_scaling and bench_bundle).
+
+  check_scaling.py run BUILD     runs `run.py --scaling` on larson at 1 and 2 threads under glibc
+                                 and magpie, one repetition, into a fresh folder, and checks it
+  check_scaling.py bundle BUILD  builds a tiny device bundle (bench/bundle.sh: larson, 1 and 2
+                                 threads, a fiftieth of the work, nothing fetched), runs its
+                                 runner with a PATH that holds only sh, mkdir, rm, cat and cp (no
+                                 python3), summarises it with scaling.py --from-bundle and checks
+
+The checks: the allocators' preloads were verified (magpie's exit report counted allocations);
+the CSV has one line per run, each with status 0 and a RESULT line; every cell has a positive
+median rate and peak RSS and no failure; magpie's cells name a best peer; the Markdown has the
+ratio table with a number for each thread count; the SVG parses and has the larson panel with a
+line for each allocator. Exit status 1 with the reasons when one fails."""
+
+import csv
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NS = "{http://www.w3.org/2000/svg}"
+ALLOCS = ["glibc", "magpie"]
+THREADS = [1, 2]
+
+
+def check(json_path, csv_path, svg_path, md_path):
+    import json
+    failures = []
+    with open(json_path) as f:
+        data = json.load(f)
+    if not data.get("preloads_checked"):
+        failures.append("the preloads were not checked")
+    names = [a["name"] for a in data["allocators"]]
+    if names != ALLOCS:
+        failures.append("allocators %s, wanted %s" % (names, ALLOCS))
+    with open(csv_path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if len(rows) != len(ALLOCS) * len(THREADS):
+        failures.append("%d runs in the CSV, wanted %d" % (len(rows), len(ALLOCS) * len(THREADS)))
+    for r in rows:
+        if r["status"] != "0" or not r["result"].startswith("RESULT larson "):
+            failures.append("run %s: status %s, result %r" % (r, r["status"], r["result"]))
+    cells = {(c["workload"], c["threads"], c["allocator"]): c for c in data["cells"]}
+    for t in THREADS:
+        for a in ALLOCS:
+            c = cells.get(("larson", t, a))
+            if c is None:
+                failures.append("no cell for larson at %d threads under %s" % (t, a))
+                continue
+            if not c["median"] or c["median"] <= 0 or not c["rss_median_kib"] or c["failures"]:
+                failures.append("cell larson/%d/%s: %s" % (t, a, c))
+            if a == "magpie" and c.get("best_peer") != "glibc":
+                failures.append("cell larson/%d/magpie names best peer %s" %
+                                (t, c.get("best_peer")))
+    with open(md_path) as f:
+        md = f.read()
+    ratio_rows = [line for line in md.splitlines() if line.startswith("| larson | ")]
+    if not ratio_rows or len([x for x in ratio_rows[0].split("|")[2:4]
+                              if x.strip().replace(".", "").isdigit()]) != 2:
+        failures.append("no ratio row with two numbers for larson: %s" % ratio_rows)
+    root = ET.parse(svg_path).getroot()
+    panels = [g for g in root.iter(NS + "g") if g.get("data-workload") == "larson"]
+    lines = [p.get("data-allocator") for g in panels for p in g.iter(NS + "polyline")]
+    if sorted(lines) != sorted(ALLOCS):
+        failures.append("the SVG's larson panel has lines for %s, wanted %s" % (lines, ALLOCS))
+    return failures
+
+
+def run_mode(build, tmp):
+    out = os.path.join(tmp, "out")
+    cmd = [sys.executable, os.path.join(HERE, "run.py"), "--scaling", "--workloads", "larson",
+           "--threads", ",".join(map(str, THREADS)), "--allocators", ",".join(ALLOCS),
+           "--reps", "1", "--no-deps", "--build", build, "--out", out]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    print(p.stdout[-3000:] + p.stderr[-2000:])
+    if p.returncode != 0:
+        return ["run.py --scaling exited with status %d" % p.returncode]
+    found = glob.glob(os.path.join(out, "scaling-*.json"))
+    if len(found) != 1:
+        return ["%d results in %s, wanted 1" % (len(found), out)]
+    base = found[0][:-len(".json")]
+    return check(base + ".json", base + ".csv", base + ".svg", base + ".md")
+
+
+def bundle_mode(build, tmp):
+    dest = os.path.join(tmp, "bundle")
+    out = os.path.join(tmp, "out")
+    p = subprocess.run(["sh", os.path.join(HERE, "bundle.sh"), "-n", "-t", "1,2", "-w", "0.02",
+                        "-b", build, dest], capture_output=True, text=True)
+    print(p.stdout + p.stderr)
+    if p.returncode != 0:
+        return ["bundle.sh exited with status %d" % p.returncode]
+    # The device machine may have no python: the runner gets only a shell and four tools.
+    tools = os.path.join(tmp, "path")
+    os.mkdir(tools)
+    for t in ("sh", "mkdir", "rm", "cat", "cp"):
+        os.symlink(shutil.which(t), os.path.join(tools, t))
+    env = {"PATH": tools, "REPS": "1", "WORKLOADS": "larson", "ALLOCATORS": " ".join(ALLOCS)}
+    p = subprocess.run(["sh", os.path.join(dest, "run.sh"), out], env=env, capture_output=True,
+                       text=True)
+    print(p.stdout + p.stderr)
+    if p.returncode != 0:
+        return ["the bundle's run.sh exited with status %d" % p.returncode]
+    p = subprocess.run([sys.executable, os.path.join(HERE, "scaling.py"), "--from-bundle", out],
+                       capture_output=True, text=True)
+    print(p.stdout[-2000:] + p.stderr)
+    if p.returncode != 0:
+        return ["scaling.py --from-bundle exited with status %d" % p.returncode]
+    base = os.path.join(out, "scaling")
+    return check(base + ".json", os.path.join(out, "runs.csv"), base + ".svg", base + ".md")
+
+
+def main():
+    if len(sys.argv) != 3 or sys.argv[1] not in ("run", "bundle"):
+        sys.exit(__doc__)
+    build = os.path.abspath(sys.argv[2])
+    with tempfile.TemporaryDirectory(prefix="check-scaling-") as tmp:
+        failures = (run_mode if sys.argv[1] == "run" else bundle_mode)(build, tmp)
+    for f in failures:
+        print("FAIL: " + f)
+    if not failures:
+        print("PASS: %s" % sys.argv[1])
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

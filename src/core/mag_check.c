@@ -1,0 +1,110 @@
+/*
+ * mag_check: the magazine layer's invariants, checked by magpie_verify and the unit tests.
+ *   1. A magazine is in one place at most: one slot of a CPU's pair, of the calling thread's
+ *      pair, or one depot list. (Two places means two owners: rounds handed out twice, a
+ *      magazine freed while held, a depot list looping through itself.)
+ *   2. A pair's loaded magazine is the sentinel only while its previous one is too (mag.h):
+ *      the slow paths put an emptied or filled previous magazine back to the depot only where
+ *      a real one is loaded.
+ *   3. A magazine holds at most cap rounds; the sentinel holds none and has no room; a depot's
+ *      full list holds magazines with rounds, its empty list magazines without, as many as its
+ *      counts say.
+ * What moves under locks is read with all of them held at once, so that nothing moves between
+ * two reads: the caller's tcache lock, every CPU's, every depot's (front/fork.c's order). Other
+ * threads trade their own pairs without a lock: invariant 2, which no trade can break, is
+ * checked on them under their own locks, one at a time; 1 and 3 on the caller's pairs only.
+ */
+#include "depot.h"
+#include "mag_impl.h"
+#include "os.h"
+#include "report.h"
+
+/* The magazines seen so far: an open-addressing set in a mapping of its own (nothing here
+   may allocate: the allocator's locks are held). */
+typedef struct mag_seen {
+  mag_t **slot;
+  size_t mask;
+} mag_seen_t;
+
+static void mag_seen_add(mag_seen_t *s, mag_t *m) {
+  if (m == &mag_empty) {
+    if (m->n || m->cap) report_fatal("magazine layer: the sentinel holds rounds", m, m->n);
+    return;
+  }
+  if (m->n > m->cap) report_fatal("magazine layer: a magazine holds more than it can", m, m->n);
+  for (size_t i = ((uintptr_t)m >> 6) & s->mask;; i = (i + 1) & s->mask) {
+    if (s->slot[i] == m) report_fatal("magazine layer: a magazine is in two places", m, 0);
+    if (!s->slot[i]) {
+      s->slot[i] = m;
+      return;
+    }
+  }
+}
+
+/* Checks pair t, and adds its magazines to s unless s is NULL (another thread's pair, which
+   its owner may be trading: relaxed loads). */
+static void mag_check_pair(mag_seen_t *s, mag_pair_t *t) {
+  mag_t *loaded = __atomic_load_n(&t->loaded, __ATOMIC_RELAXED);
+  mag_t *prev = __atomic_load_n(&t->prev, __ATOMIC_RELAXED);
+  if (loaded == &mag_empty && prev != &mag_empty)
+    report_fatal("magazine layer: a pair has the sentinel loaded beside a magazine", prev, 0);
+  if (s) {
+    mag_seen_add(s, loaded);
+    mag_seen_add(s, prev);
+  }
+}
+
+static void mag_check_depot(mag_seen_t *s, cache_t *cp) {
+  depot_t *d = &cp->depot;
+  uint32_t count = 0;
+  for (mag_t *m = d->full; m && count <= d->nfull; m = m->next, count++) {
+    if (m->n == 0) report_fatal("depot: an empty magazine on the full list", m, cp->size);
+    mag_seen_add(s, m);
+  }
+  if (count != d->nfull) report_fatal("depot: the full list is not as long as counted", d, count);
+  count = 0;
+  for (mag_t *m = d->empty; m && count <= d->nempty; m = m->next, count++) {
+    if (m->n != 0) report_fatal("depot: a magazine with rounds on the empty list", m, m->n);
+    mag_seen_add(s, m);
+  }
+  if (count != d->nempty) report_fatal("depot: the empty list is not as long as counted", d, count);
+}
+
+void mag_check(void) {
+  tcache_t *self = mag_tls;
+  bool own = self != &tcache_boot && self != &tcache_dead && !self->cpus;
+  lock_acquire(&mag_registry_lock); /* invariant 2 on every other thread's own pairs */
+  for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
+    if (tc == self || tc->cpus) continue;
+    lock_acquire(&tc->lock);
+    for (unsigned c = 1; c <= SC_COUNT; c++)
+      mag_check_pair(NULL, &tc->own[c].mags);
+    lock_release(&tc->lock);
+  }
+  lock_release(&mag_registry_lock);
+
+  if (own) lock_acquire(&self->lock);
+  mag_cpu_lock_all();
+  size_t pairs = 2 * (SC_COUNT + 1) * (mag_cpu_count() + 1), mags = pairs;
+  for (unsigned c = 1; c <= SC_COUNT; c++) {
+    lock_acquire(&malloc_caches[c].depot.lock);
+    mags += malloc_caches[c].depot.nfull + malloc_caches[c].depot.nempty;
+  }
+  size_t cap = 64;
+  while (cap < 2 * mags)
+    cap *= 2;
+  mag_seen_t seen = {os_map(cap * sizeof(mag_t *)), cap - 1};
+  if (!seen.slot) report_fatal("magazine layer: no memory to check it", NULL, cap);
+  for (unsigned i = 0; i < mag_cpu_count(); i++)
+    for (unsigned c = 1; c <= SC_COUNT; c++)
+      mag_check_pair(&seen, &mag_cpu(i)->mags[c]);
+  for (unsigned c = 1; c <= SC_COUNT && own; c++)
+    mag_check_pair(&seen, &self->own[c].mags);
+  for (unsigned c = 1; c <= SC_COUNT; c++)
+    mag_check_depot(&seen, &malloc_caches[c]);
+  for (unsigned c = SC_COUNT; c >= 1; c--)
+    lock_release(&malloc_caches[c].depot.lock);
+  mag_cpu_unlock_all();
+  if (own) lock_release(&self->lock);
+  os_unmap(seen.slot, cap * sizeof(mag_t *));
+}

@@ -1,0 +1,96 @@
+/*
+ * inject: the actions of the test build's injection points (inject.h). Compiled into
+ * libmagpie_inject.so only, with MAGPIE_INJECT defined.
+ *
+ * Theory
+ *   1. Determinism: each thread's generator starts from the seed and its kernel thread id, so a
+ *      run with a seed takes the same decisions in each thread; only the interleaving differs.
+ *   2. A migration is sched_setaffinity to one other CPU of the thread's mask, which moves the
+ *      thread before the call returns, then its old mask again, which leaves it where it is.
+ *      Where the thread may use one CPU only, it yields instead.
+ *   3. Raw system calls only: a point may be reached with any magpie lock held, in a signal
+ *      handler or in a forked child; nothing here allocates or takes a lock.
+ */
+#define _GNU_SOURCE
+#include "inject.h"
+#include "os.h"
+
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static uint64_t inject_seed;
+static uint64_t inject_counts[INJECT_POINTS]; /* atomic */
+static __thread uint64_t inject_state;        /* the thread's generator; 0: not seeded yet */
+
+void inject_start(uint64_t seed) {
+  inject_seed = seed;
+}
+
+/* "magpie: inject: seed S, actions at each point: a b c d e" on stderr at exit. */
+__attribute__((destructor)) static void inject_report(void) {
+  if (!inject_seed) return;
+  char line[256], *end = line + sizeof line - 1, *p = end;
+  *p = '\n';
+  for (int i = INJECT_POINTS; i-- > -1;) {
+    uint64_t v = i >= 0 ? __atomic_load_n(&inject_counts[i], __ATOMIC_RELAXED) : inject_seed;
+    do
+      *--p = (char)('0' + v % 10);
+    while (v /= 10);
+    const char *sep = i > 0 ? " " : i == 0 ? ", actions at each point: " : "magpie: inject: seed ";
+    for (size_t k = __builtin_strlen(sep); k-- > 0;)
+      *--p = sep[k];
+  }
+  os_write_all(2, p, (size_t)(end - p + 1));
+}
+
+static uint64_t inject_next(void) {
+  if (!inject_state) inject_state = inject_seed * 0x9e3779b97f4a7c15ull + os_thread_id() + 1;
+  uint64_t x = (inject_state += 0x9e3779b97f4a7c15ull);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/* Moves the calling thread to a CPU of its mask other than the one it runs on (theory 2);
+   false where there is none. */
+static bool inject_migrate(uint64_t r) {
+  cpu_set_t mask, one;
+  if (syscall(SYS_sched_getaffinity, 0, sizeof mask, &mask) <= 0) return false;
+  unsigned here = (unsigned)sched_getcpu(), n = (unsigned)CPU_COUNT(&mask);
+  if (n < 2) return false;
+  unsigned pick = (unsigned)(r % (n - 1)); /* the pick-th allowed CPU other than here */
+  for (unsigned cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+    if (!CPU_ISSET(cpu, &mask) || cpu == here || pick--) continue;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    syscall(SYS_sched_setaffinity, 0, sizeof one, &one);
+    syscall(SYS_sched_setaffinity, 0, sizeof mask, &mask);
+    return true;
+  }
+  return false;
+}
+
+void inject_at(inject_point_t point) {
+  if (!inject_seed) return;
+  uint64_t r = inject_next();
+  switch (r & 7) {
+  case 0:
+  case 1:
+  case 2: /* migrate */
+    if (inject_migrate(r >> 8)) break;
+    __attribute__((fallthrough)); /* nowhere to go */
+  case 3:
+    syscall(SYS_sched_yield);
+    break;
+  case 4: { /* spin up to about 16 microseconds */
+    uint64_t until = os_clock_ns() + (r >> 8) % 16384;
+    while (os_clock_ns() < until) {
+    }
+    break;
+  }
+  default: /* run on */
+    return;
+  }
+  __atomic_add_fetch(&inject_counts[point], 1, __ATOMIC_RELAXED);
+}
