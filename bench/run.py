@@ -4,7 +4,7 @@
   python3 bench/run.py --demo       glibc vs magpie on a few workloads, readable report (~2 min)
   python3 bench/run.py --quick      every workload, every allocator, small sizes (< 5 min)
   python3 bench/run.py --full       every workload, every allocator, bigger sizes (< 30 min)
-  python3 bench/run.py --callgrind  instructions per malloc+free pair under valgrind
+  python3 bench/run.py --callgrind  instructions per malloc+free and new+delete pair (valgrind)
   python3 bench/run.py --scaling    the many-core matrix at 1..64 threads (bench/scaling.py)
 Filters: --allocators glibc,magpie  --workloads larson,server  (a group or a row name).
 See bench/README.md for the workloads and how to read the output.
@@ -121,10 +121,18 @@ def plan(mode, threads=None):
         ]
     w.append(Workload("churn", "churn", "1 thread, 8..32K blocks freed LIFO/FIFO/random",
                       ["-i", "300" if quick else "1500", "-n", "1000"]))
+    w.append(Workload("simple", "simple",
+                      "batches of 25..1600 blocks of 16..64 B allocated, freed in order",
+                      ["-i", "300000" if quick else "2000000"]))
     for t in many:
         w.append(Workload("larson-t%d" % t, "larson",
                           "threads replace and swap random objects; threads replaced",
                           ["-t", str(t), "-i", "3000000" if quick else "10000000"]))
+    for t in [2] if quick else [2, 8]:
+        w.append(Workload("larson-sized-t%d" % t, "larson_sized",
+                          "C++ server: new, sized delete, threads respawned unjoined",
+                          ["-t", str(t), "-i", "3000000" if quick else "10000000",
+                           "-n", "5000", "-m", "uniform,respawn"]))
     for t in many:
         w.append(Workload("prodcons-t%d" % t, "prodcons", "half the threads allocate, half free",
                           ["-t", str(t), "-i", "2000000" if quick else "8000000"]))
@@ -912,64 +920,108 @@ def detail_table(rows, allocs, stats):
 
 # ---- callgrind ---------------------------------------------------------------------------
 
+# The pairs measured: (label, extra compiler arguments for bench/fastpath.c).
+CALLGRIND_PAIRS = [("malloc+free", []),
+                   ("new+sized delete", ["-DFASTPATH_NEW", "-lstdc++"])]
+
+
 def callgrind(args, allocs, outdir, machine):
-    """Instructions per malloc+free pair on the fast path, (Ir(N2) - Ir(N1)) / (N2 - N1)."""
+    """Instructions per malloc+free pair, and per C++ new + sized delete pair, on the fast path,
+    (Ir(N2) - Ir(N1)) / (N2 - N1)."""
     if shutil.which("valgrind") is None:
         sys.exit("run.py: valgrind not found (apt-get install valgrind)")
     tmp = os.path.join(outdir, "tmp")
     os.makedirs(tmp, exist_ok=True)
-    exe = os.path.join(tmp, "fastpath")
     cc = os.environ.get("CC", "cc")
-    subprocess.run([cc, "-O2", "-fno-builtin-malloc", "-fno-builtin-free", "-o", exe,
-                    os.path.join(BENCH, "fastpath.c")], check=True)
+    exes = []
+    for i, (label, extra) in enumerate(CALLGRIND_PAIRS):
+        exe = os.path.join(tmp, "fastpath%d" % i)
+        subprocess.run([cc, "-O2", "-fno-builtin-malloc", "-fno-builtin-free", "-o", exe,
+                        os.path.join(BENCH, "fastpath.c")] + extra, check=True)
+        exes.append((label, exe))
     n1, n2 = 100000, 300000
     sizes = [16 << i for i in range(7)]  # 16 .. 1024
     counts = {}
-    print("callgrind: instructions per malloc+free pair, (Ir(%d) - Ir(%d)) / %d, less the "
+    print("callgrind: instructions per pair, (Ir(%d) - Ir(%d)) / %d, less the "
           "benchmark loop's own" % (n2, n1, n2 - n1))
+    for label, exe in exes:
+        for name, preload, _ in allocs:
+            for size in sizes:
+                irs = []
+                for n in (n1, n2):
+                    outf = os.path.join(tmp, "callgrind.out.%s.%d.%d" % (name, size, n))
+                    argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + outf,
+                            exe, str(size), str(n)]
+                    r = subprocess.run(argv, env=child_env(preload), capture_output=True,
+                                       text=True, timeout=600)
+                    ir = None
+                    if r.returncode == 0 and os.path.exists(outf):
+                        ir = total_minus_self(outf, "main")
+                        os.unlink(outf)
+                    if ir is None:
+                        print("  %s size %d: valgrind failed: %s" % (name, size,
+                              (r.stderr.strip().splitlines() or ["?"])[-1]))
+                    irs.append(ir)
+                if None not in irs:
+                    counts[(label, name, size)] = (irs[1] - irs[0]) / float(n2 - n1)
+            print("  %-16s %-9s %s" % (label, name, "  ".join(
+                "%d:%s" % (s, "%.1f" % counts[(label, name, s)]
+                           if (label, name, s) in counts else "-") for s in sizes)))
+    # bench/simple.c at a fixed size: the allocator's instructions per pair over batches, where
+    # magazine misses count too (the program's own, the self cost of pass, left out).
+    simple_exe = os.path.join(tmp, "simple")
+    subprocess.run([cc, "-O2", "-fno-builtin-malloc", "-fno-builtin-free", "-I", BENCH, "-o",
+                    simple_exe, os.path.join(BENCH, "simple.c"), "-lpthread"], check=True)
+    simple_iters, simple = 100000, {}
+    simple_pairs = simple_iters * 4 * 4 * 3  # batch sizes, passes (warm-up included), sizes
     for name, preload, _ in allocs:
-        for size in sizes:
-            irs = []
-            for n in (n1, n2):
-                outf = os.path.join(tmp, "callgrind.out.%s.%d.%d" % (name, size, n))
-                argv = ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + outf,
-                        exe, str(size), str(n)]
-                r = subprocess.run(argv, env=child_env(preload), capture_output=True, text=True,
-                                   timeout=600)
-                ir = None
-                if r.returncode == 0 and os.path.exists(outf):
-                    ir = total_minus_self(outf, "main")
-                    os.unlink(outf)
-                if ir is None:
-                    print("  %s size %d: valgrind failed: %s" % (name, size,
-                          (r.stderr.strip().splitlines() or ["?"])[-1]))
-                irs.append(ir)
-            if None not in irs:
-                counts[(name, size)] = (irs[1] - irs[0]) / float(n2 - n1)
-        print("  %-9s %s" % (name, "  ".join("%d:%s" % (s, "%.1f" % counts[(name, s)]
-                                                         if (name, s) in counts else "-")
-                                              for s in sizes)))
-    header = ["allocator"] + [str(s) for s in sizes]
-    body = [[name] + ["%.1f" % counts[(name, s)] if (name, s) in counts else "-" for s in sizes]
-            for name, _, _ in allocs]
+        outf = os.path.join(tmp, "callgrind.out.simple.%s" % name)
+        r = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + outf,
+                            simple_exe, "-i", str(simple_iters)], env=child_env(preload),
+                           capture_output=True, text=True, timeout=900)
+        if r.returncode == 0 and os.path.exists(outf):
+            ir = total_minus_self(outf, "pass")
+            os.unlink(outf)
+            if ir is not None:
+                simple[name] = ir / float(simple_pairs)
+        print("  %-16s %-9s %s" % ("simple batches", name, "%.1f" % simple[name]
+                                   if name in simple else "valgrind failed"))
+    header = ["pair", "allocator"] + [str(s) for s in sizes]
+    body = [[label, name] + ["%.1f" % counts[(label, name, s)] if (label, name, s) in counts
+                             else "-" for s in sizes]
+            for label, _ in exes for name, _, _ in allocs]
+    simple_body = [[name, "%.1f" % simple[name] if name in simple else "-"]
+                   for name, _, _ in allocs]
     print()
     print(text_table(header, body))
+    print()
+    print(text_table(["allocator", "simple: per pair"], simple_body))
     if args.no_save:
         return
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     path = os.path.join(outdir, "callgrind-%s.md" % stamp)
     with open(path, "w") as f:
-        f.write("# Fast-path instructions per malloc+free pair (callgrind)\n\n")
+        f.write("# Fast-path instructions per pair (callgrind)\n\n")
         f.write(machine_md(machine, allocs))
         f.write("\nEach cell: (Ir(N=%d) - Ir(N=%d)) / %d for `bench/fastpath.c SIZE N` "
-                "(malloc(SIZE) then free, N times), so start-up cancels, and the loop's own "
-                "instructions (the self cost of main) are left out: what remains is malloc, free "
-                "and their PLT jumps. Under valgrind, rseq is unavailable, so allocators that "
-                "use it run their fallback path.\n\n" % (n2, n1, n2 - n1))
+                "(malloc(SIZE) then free, N times; built with -DFASTPATH_NEW, C++'s "
+                "operator new(SIZE) then operator delete(p, SIZE), with one block of the size "
+                "kept allocated throughout), so start-up cancels, and the loop's own "
+                "instructions (the self cost of main) are left out: what remains is the "
+                "allocator's two calls and their PLT jumps. Under valgrind, rseq is "
+                "unavailable, so allocators that use it run their fallback path.\n\n"
+                % (n2, n1, n2 - n1))
         f.write(md_table(header, body) + "\n")
+        f.write("\n`bench/simple.c -i %d` (batches of 25, 100, 400 and 1600 blocks of 16, 32 "
+                "and 64 bytes allocated, written and freed in order; %d pairs): the "
+                "allocator's instructions per pair, the program's own (the self cost of pass) "
+                "left out; magazine misses and refills count here.\n\n"
+                % (simple_iters, simple_pairs))
+        f.write(md_table(["allocator", "per pair"], simple_body) + "\n")
     with open(path[:-3] + ".json", "w") as f:
         json.dump({"machine": machine, "n1": n1, "n2": n2,
-                   "counts": {"%s/%d" % k: v for k, v in counts.items()}}, f, indent=1)
+                   "counts": {"%s/%s/%d" % k: v for k, v in counts.items()},
+                   "simple_iters": simple_iters, "simple_per_pair": simple}, f, indent=1)
     print("\nwrote %s" % os.path.relpath(path))
 
 

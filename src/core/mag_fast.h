@@ -20,13 +20,13 @@
    (docs/decisions/reaper-parking.md). (A signal handler that allocates in the middle of a call
    clears the flag early; malloc is not async-signal-safe, so such a program is already
    outside malloc's contract.) */
-static inline mag_t *fast_enter(tcache_t *tc, size_t c) {
+static MP_INLINE mag_t *fast_enter(tcache_t *tc, size_t c) {
   __atomic_store_n(&tc->busy, 1, __ATOMIC_RELAXED);
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   return __atomic_load_n(&tc->own[c].mags.loaded, __ATOMIC_RELAXED);
 }
 
-static inline void fast_leave(tcache_t *tc) {
+static MP_INLINE void fast_leave(tcache_t *tc) {
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   __atomic_store_n(&tc->busy, 0, __ATOMIC_RELEASE); /* a plain store on x86 */
 }
@@ -51,7 +51,7 @@ static inline mag_t *fast_trade(tcache_t *tc, size_t c, bool alloc) {
 
 /* Pops from the loaded magazine of class c the thread uses and counts the allocation; NULL if
    the magazine is empty. Each branch counts in its own layout of the tcache's classes. */
-static inline void *fast_pop(tcache_t *tc, size_t c) {
+static MP_INLINE void *fast_pop(tcache_t *tc, size_t c) {
 #if RSEQ_SUPPORTED
   if (tc->cpus) {
     uint32_t *count = &tc->cpu_counts[c].allocs;
@@ -80,7 +80,7 @@ static inline void *fast_pop(tcache_t *tc, size_t c) {
 
 /* Pushes p onto the loaded magazine of class c the thread uses and counts the free; 0 if the
    magazine is full. */
-static inline int fast_push(tcache_t *tc, size_t c, void *p) {
+static MP_INLINE int fast_push(tcache_t *tc, size_t c, void *p) {
 #if RSEQ_SUPPORTED
   if (tc->cpus) {
     uint32_t *count = &tc->cpu_counts[c].frees;

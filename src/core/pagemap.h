@@ -31,9 +31,10 @@
 
 extern MAGPIE_HIDDEN uintptr_t *pagemap_root[(size_t)1 << PM_ROOT_BITS];
 
-static inline uintptr_t pagemap_get(uintptr_t addr) {
-  if (__builtin_expect(addr >> 47, 0)) return 0;
-  uintptr_t *leaf = __atomic_load_n(&pagemap_root[addr >> (47 - PM_ROOT_BITS)], __ATOMIC_ACQUIRE);
+static MP_INLINE uintptr_t pagemap_get(uintptr_t addr) {
+  uintptr_t root = addr >> (47 - PM_ROOT_BITS); /* beyond the root: above the 47-bit space */
+  if (__builtin_expect(root >= ((uintptr_t)1 << PM_ROOT_BITS), 0)) return 0;
+  uintptr_t *leaf = __atomic_load_n(&pagemap_root[root], __ATOMIC_ACQUIRE);
   if (__builtin_expect(leaf == NULL, 0)) return 0;
   return __atomic_load_n(&leaf[(addr >> OS_PAGE_SHIFT) & (((uintptr_t)1 << PM_LEAF_BITS) - 1)],
                          __ATOMIC_RELAXED);

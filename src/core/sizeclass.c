@@ -20,12 +20,15 @@
  *      sizes straddle the table's end mispredicts it (docs/decisions/size-class-table-32k.md).
  */
 #include "sizeclass.h"
+#include "pagemap.h"
 
 #define SC_SPAN_MIN ((size_t)64 << 10)
 #define SC_OBJECTS_MIN 8 /* fewer objects per span make slab churn cost more than it saves */
 #define SC_WASTE_SHIFT 4 /* at most span >> 4 bytes of a span may be left over */
 
-sc_info_t sc_info[SC_COUNT + 1];
+sc_info_t sc_info[SC_INFO_ENTRIES];
+_Static_assert(SC_INFO_ENTRIES > SC_COUNT && SC_INFO_ENTRIES > PM_TAG_MASK,
+               "every tag indexes sc_info");
 uint8_t sc_lookup[SC_LOOKUP_MAX / 16 + 1];
 
 size_t sc_span_for(size_t size) {

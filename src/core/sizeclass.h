@@ -15,10 +15,14 @@
 typedef struct sc_info {
   uint32_t size;      /* object size: a multiple of 16 */
   uint32_t span_mask; /* slab span size - 1; spans are aligned to their (power-of-two) size */
-  uint64_t div_magic; /* UINT64_MAX / size + 1: off % size == 0 iff off * magic <= magic - 1 */
+  uint64_t div_magic; /* UINT64_MAX / size + 1: off % size == 0 iff off * magic < magic */
 } sc_info_t;
 
-extern MAGPIE_HIDDEN sc_info_t sc_info[SC_COUNT + 1];
+/* Indexed by class, and by any page-map tag (pagemap.h): the entries of 0 and of the tags above
+   SC_COUNT are zero, so that sc_is_object_start is false for them and free's fast path need
+   not test the tag's range first. */
+#define SC_INFO_ENTRIES 128
+extern MAGPIE_HIDDEN sc_info_t sc_info[SC_INFO_ENTRIES];
 extern MAGPIE_HIDDEN uint8_t sc_lookup[SC_LOOKUP_MAX / 16 + 1];
 
 void sc_init(void);
@@ -33,10 +37,11 @@ static inline unsigned sc_of(size_t size) {
 }
 
 /* True when address a, inside a slab of class c, is the start of an object: its offset in the
-   span (spans are aligned to their size) is a multiple of the object size. */
-static inline int sc_is_object_start(unsigned c, uintptr_t a) {
-  uint64_t off = (uint32_t)(a & sc_info[c].span_mask);
-  return off * sc_info[c].div_magic <= sc_info[c].div_magic - 1;
+   span (spans are aligned to their size) is a multiple of the object size. False for c 0 or
+   above SC_COUNT (their magic is 0). */
+static MP_INLINE int sc_is_object_start(unsigned c, uintptr_t a) {
+  uint64_t off = (uint32_t)a & sc_info[c].span_mask, magic = sc_info[c].div_magic;
+  return off * magic < magic; /* Lemire's test, with magic - 1 < off * magic folded */
 }
 
 #endif

@@ -154,6 +154,11 @@ static void slab_return(cache_t *cp, void **objs, unsigned n) {
     bool foreign = !s || k >= s->carved;
     if (foreign || s->map[k / 64] >> k % 64 & 1) {
       lock_release(&cp->slab_lock);
+      uintptr_t tag = pagemap_get((uintptr_t)objs[i]) & PM_TAG_MASK;
+      if (!s && tag >= 1 && tag <= SC_COUNT && tag != cp->tag) /* fastpath.h trusted the size */
+        report_heap_error("invalid free", objs[i],
+                          "a block of another size class given back as one of this class: a C++ "
+                          "sized delete with another size than its new's (MAGPIE_DEBUG names it)");
       if (foreign) report_heap_error("invalid free", objs[i], "not an object magpie handed out");
       report_heap_error("double free", objs[i], "already back in its slab");
     }

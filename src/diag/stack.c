@@ -21,8 +21,13 @@
  *      place re-reads the return address at each remembered CFA from frame 1 on (frame 0's is
  *      report_capture's call of the unwinder, gone by then), and if every one is the
  *      remembered address, the stack is that chain. Only words of the calling thread's own
- *      stack mapping, above the capturing frame, are read (the mapping's top comes from
- *      /proc/self/maps once per thread); anything else unwinds. Entries are claimed with a
+ *      stack, above the capturing frame, are read; anything else unwinds. The stack's top is
+ *      glibc's thread pointer for a thread it started (its TCB and static TLS sit at the top of
+ *      the thread's stack block, so everything from the capturing frame up to it is mapped),
+ *      and the top of the mapping in /proc/self/maps otherwise (the main thread, a thread on
+ *      an alternate or a bigger stack; once per thread): reading the maps in every new thread
+ *      cost a program that starts many threads dearly (docs/decisions/stack-top.md). Entries
+ *      are claimed with a
  *      flag, never waited for: a busy entry means unwinding, so no lock is held here.
  */
 #define _GNU_SOURCE
@@ -67,8 +72,25 @@ typedef struct chain {
   uintptr_t ip[STACK_RAW_MAX], cfa[STACK_RAW_MAX];
 } chain_t;
 
+/* How far below glibc's thread pointer a capturing frame may be for the pointer to stand for
+   its stack's top: a default thread stack (8 MiB) and twice over. */
+#define STACK_TP_WINDOW ((uintptr_t)16 << 20)
+
 static chain_t chains[CHAIN_SLOTS];
-static __thread uintptr_t stack_lo, stack_hi; /* the calling thread's stack mapping */
+static __thread uintptr_t stack_lo, stack_hi; /* known to be the calling thread's stack */
+
+/* Sets stack_lo..stack_hi to a range of the calling thread's stack that holds cfa, a frame of
+   it, and everything above cfa up to the stack's top (theory 4). */
+static void stack_bounds(uintptr_t cfa) {
+  uintptr_t tp = (uintptr_t)__builtin_thread_pointer();
+  if (tp > cfa && tp - cfa <= STACK_TP_WINDOW) {
+    stack_lo = cfa, stack_hi = tp;
+    return;
+  }
+  uintptr_t lo, hi;
+  os_mappings(&cfa, 1, &lo, &hi);
+  stack_lo = lo, stack_hi = hi;
+}
 
 static chain_t *chain_claim(uintptr_t cfa, uintptr_t ret) {
   chain_t *c = &chains[((cfa >> 4) ^ (ret * 0x9e3779b97f4a7c15ull >> 40)) & (CHAIN_SLOTS - 1)];
@@ -84,11 +106,7 @@ static void chain_release(chain_t *c) {
    address below it. */
 static bool chain_holds(const chain_t *c, uintptr_t cfa, uintptr_t ret, int raw_max) {
   if (c->key_cfa != cfa || c->key_ret != ret || c->max != raw_max || c->n < 2) return false;
-  if (cfa < stack_lo || cfa >= stack_hi) {
-    uintptr_t lo, hi;
-    os_mappings(&cfa, 1, &lo, &hi);
-    stack_lo = lo, stack_hi = hi;
-  }
+  if (cfa < stack_lo || cfa >= stack_hi) stack_bounds(cfa);
   uintptr_t below = cfa - 1;
   for (int i = 1; i < c->n; i++) {
     if (c->cfa[i] <= below || c->cfa[i] < stack_lo + 8 || c->cfa[i] > stack_hi) return false;

@@ -1,8 +1,9 @@
 // cxx: C++ operator new and delete in every form, compiled into the library so that any C++
 // program gets magpie without rebuilding. The throwing forms call the installed new_handler
 // until it succeeds or there is none, then throw std::bad_alloc; the nothrow forms return
-// nullptr instead. Sized and aligned deletes free like free() (magpie knows every block's size);
-// their size and alignment reach the slow path only, where debug mode checks them.
+// nullptr instead. The plain forms inline malloc's and free's fast paths (fastpath.h); a sized
+// delete takes the class from its size where that is safe (fast_free_sized_try). Aligned forms
+// go to the slow paths, and every size and alignment reaches them, where debug mode checks it.
 //
 // No libstdc++ dependency: a C program that preloads magpie should not pay for loading the C++
 // runtime, its memory and its start-up allocations. Every runtime symbol
@@ -63,10 +64,20 @@ void *retry_nothrow(std::size_t size, std::size_t align) noexcept {
   }
 }
 
-inline void *alloc(std::size_t size) {
+// The slow paths of the plain forms, out of line so that the inlined fast paths stay short.
+__attribute__((noinline)) void *alloc_slow(std::size_t size) {
+  void *p = malloc_slow_kind(size, 0, DEBUG_NEW);
+  return p ? p : retry(size, 0);
+}
+
+__attribute__((noinline)) void *alloc_nothrow_slow(std::size_t size) noexcept {
+  void *p = malloc_slow_kind(size, 0, DEBUG_NEW);
+  return p ? p : retry_nothrow(size, 0);
+}
+
+MP_INLINE void *alloc(std::size_t size) {
   void *p = fast_malloc_try(size);
-  if (p || (p = malloc_slow_kind(size, 0, DEBUG_NEW))) return p;
-  return retry(size, 0);
+  return MP_LIKELY(p != nullptr) ? p : alloc_slow(size);
 }
 
 inline void *alloc_aligned(std::size_t size, std::align_val_t align) {
@@ -75,10 +86,9 @@ inline void *alloc_aligned(std::size_t size, std::align_val_t align) {
   return p ? p : retry(size, a);
 }
 
-inline void *alloc_nothrow(std::size_t size) noexcept {
+MP_INLINE void *alloc_nothrow(std::size_t size) noexcept {
   void *p = fast_malloc_try(size);
-  if (p || (p = malloc_slow_kind(size, 0, DEBUG_NEW))) return p;
-  return retry_nothrow(size, 0);
+  return MP_LIKELY(p != nullptr) ? p : alloc_nothrow_slow(size);
 }
 
 inline void *alloc_aligned_nothrow(std::size_t size, std::align_val_t align) noexcept {
@@ -87,7 +97,16 @@ inline void *alloc_aligned_nothrow(std::size_t size, std::align_val_t align) noe
   return p ? p : retry_nothrow(size, a);
 }
 
-inline void release(void *p, std::size_t size, std::size_t align) noexcept {
+MP_INLINE void release(void *p) noexcept {
+  if (!MP_LIKELY(fast_free_try(p))) free_slow_kind(p, 0, 0, DEBUG_NEW);
+}
+
+MP_INLINE void release_sized(void *p, std::size_t size) noexcept {
+  if (!MP_LIKELY(fast_free_sized_try(p, size))) free_slow_kind(p, size, 0, DEBUG_NEW);
+}
+
+// Aligned blocks may come from a class above their size's (api.c, class_of): the page map's way.
+inline void release_aligned(void *p, std::size_t size, std::size_t align) noexcept {
   if (!fast_free_try(p)) free_slow_kind(p, size, align, DEBUG_NEW);
 }
 
@@ -121,38 +140,38 @@ MAGPIE_EXPORT void *operator new[](std::size_t n, std::align_val_t a,
 }
 
 MAGPIE_EXPORT void operator delete(void *p) noexcept {
-  release(p, 0, 0);
+  release(p);
 }
 MAGPIE_EXPORT void operator delete[](void *p) noexcept {
-  release(p, 0, 0);
+  release(p);
 }
 MAGPIE_EXPORT void operator delete(void *p, const std::nothrow_t &) noexcept {
-  release(p, 0, 0);
+  release(p);
 }
 MAGPIE_EXPORT void operator delete[](void *p, const std::nothrow_t &) noexcept {
-  release(p, 0, 0);
+  release(p);
 }
 MAGPIE_EXPORT void operator delete(void *p, std::size_t n) noexcept {
-  release(p, n, 0);
+  release_sized(p, n);
 }
 MAGPIE_EXPORT void operator delete[](void *p, std::size_t n) noexcept {
-  release(p, n, 0);
+  release_sized(p, n);
 }
 MAGPIE_EXPORT void operator delete(void *p, std::align_val_t a) noexcept {
-  release(p, 0, static_cast<std::size_t>(a));
+  release_aligned(p, 0, static_cast<std::size_t>(a));
 }
 MAGPIE_EXPORT void operator delete[](void *p, std::align_val_t a) noexcept {
-  release(p, 0, static_cast<std::size_t>(a));
+  release_aligned(p, 0, static_cast<std::size_t>(a));
 }
 MAGPIE_EXPORT void operator delete(void *p, std::size_t n, std::align_val_t a) noexcept {
-  release(p, n, static_cast<std::size_t>(a));
+  release_aligned(p, n, static_cast<std::size_t>(a));
 }
 MAGPIE_EXPORT void operator delete[](void *p, std::size_t n, std::align_val_t a) noexcept {
-  release(p, n, static_cast<std::size_t>(a));
+  release_aligned(p, n, static_cast<std::size_t>(a));
 }
 MAGPIE_EXPORT void operator delete(void *p, std::align_val_t a, const std::nothrow_t &) noexcept {
-  release(p, 0, static_cast<std::size_t>(a));
+  release_aligned(p, 0, static_cast<std::size_t>(a));
 }
 MAGPIE_EXPORT void operator delete[](void *p, std::align_val_t a, const std::nothrow_t &) noexcept {
-  release(p, 0, static_cast<std::size_t>(a));
+  release_aligned(p, 0, static_cast<std::size_t>(a));
 }

@@ -13,6 +13,13 @@
  *
  * The free marker: a freed block's first word holds (its address ^ mag_secret); malloc
  * clears it. Seeing it on free means the block is already free: a double free.
+ *
+ * C++ sized delete (cxx.cc) takes the class from the size it is given instead of the page
+ * map, where the size can be trusted (fast_sized_mask below; docs/decisions/cxx-sized-delete.md):
+ * the size is the one the block was allocated with, so the class is the one malloc took;
+ * the object-start and free-marker checks stay. Anything the size cannot vouch for - a block
+ * over 32 KiB, a page-aligned one (the heap profiler's samples are whole pages), any block
+ * while sampling or a checking mode is on - goes the page map's way, as free does.
  */
 #ifndef MAGPIE_FASTPATH_H
 #define MAGPIE_FASTPATH_H
@@ -29,12 +36,17 @@ void free_slow(void *p);        /* api.c */
 /* The slow paths of C++ new and delete, which tell debug mode what they are (debug.h). */
 void *malloc_slow_kind(size_t size, size_t align, int kind);
 void free_slow_kind(void *p, size_t size, size_t align, int kind);
+/* What a sized free tests a block's address against before it trusts the size: OS_PAGE - 1
+   once magpie is up with every block up to SC_LOOKUP_MAX from its size's class or a whole page
+   (init.c), so that a page-aligned block, and NULL, take the page map's way; 0 while that is
+   not so (before bring-up; sampling, debug, memcheck or sanitizer mode): every block does. */
+extern MAGPIE_HIDDEN uintptr_t fast_sized_mask;
 #ifdef __cplusplus
 }
 #endif
 
 /* Pops a block, or returns NULL: the caller takes a slow path. */
-static inline void *fast_malloc_try(size_t size) {
+static MP_INLINE void *fast_malloc_try(size_t size) {
   unsigned c;
   if (MP_LIKELY(size <= SC_LOOKUP_MAX)) /* the common sizes first: one compare, one load */
     c = sc_lookup[(size + 15) >> 4];
@@ -55,21 +67,34 @@ static inline void *fast_malloc(size_t size) {
   return MP_LIKELY(p != NULL) ? p : malloc_slow(size);
 }
 
-/* Pushes p onto the thread's magazine, or returns 0: the caller takes a slow path. */
-static inline int fast_free_try(void *p) {
-  uintptr_t a = (uintptr_t)p, e = pagemap_get(a);
-  unsigned c = (unsigned)(e & PM_TAG_MASK);
-  if (MP_LIKELY(c - 1u < SC_COUNT)) {
-    uintptr_t marker = a ^ mag_secret;
-    if (MP_LIKELY(sc_is_object_start(c, a) && *(uintptr_t *)p != marker)) {
-      tcache_t *tc = mag_tls;
-      uintptr_t word = *(uintptr_t *)p;
-      *(uintptr_t *)p = marker; /* before the push: once pushed, p may be another thread's */
-      if (MP_LIKELY(fast_push(tc, c, p))) return 1;
-      *(uintptr_t *)p = word;
-    }
+/* Pushes p, a block of class c, onto the thread's magazine if it is an object start and not
+   already free; or returns 0: the caller takes a slow path, which checks it all again. */
+static MP_INLINE int fast_free_class_try(void *p, unsigned c) {
+  uintptr_t a = (uintptr_t)p, marker = a ^ mag_secret;
+  if (MP_LIKELY(sc_is_object_start(c, a) && *(uintptr_t *)p != marker)) {
+    tcache_t *tc = mag_tls;
+    uintptr_t word = *(uintptr_t *)p;
+    *(uintptr_t *)p = marker; /* before the push: once pushed, p may be another thread's */
+    if (MP_LIKELY(fast_push(tc, c, p))) return 1;
+    *(uintptr_t *)p = word;
   }
   return 0;
+}
+
+/* Pushes p onto the thread's magazine, or returns 0: the caller takes a slow path. A tag that
+   is no class (0: not magpie's; a large, sampled or profiled block's) fails the object-start
+   check (sizeclass.h), which so tests the tag too. */
+static MP_INLINE int fast_free_try(void *p) {
+  uintptr_t e = pagemap_get((uintptr_t)p);
+  return fast_free_class_try(p, (unsigned)(e & PM_TAG_MASK));
+}
+
+/* fast_free_try of a block allocated with size bytes (C++ sized delete): the class from the
+   size where fast_sized_mask lets the size be trusted, else from the page map. */
+static MP_INLINE int fast_free_sized_try(void *p, size_t size) {
+  if (MP_LIKELY(size <= SC_LOOKUP_MAX && ((uintptr_t)p & fast_sized_mask) != 0))
+    return fast_free_class_try(p, sc_lookup[(size + 15) >> 4]);
+  return fast_free_try(p);
 }
 
 static inline void fast_free(void *p) {

@@ -21,6 +21,7 @@
 #include "init.h"
 #include "caches.h"
 #include "debug.h"
+#include "fastpath.h"
 #include "fork.h"
 #include "hugepage.h"
 #include "mag.h"
@@ -74,6 +75,14 @@ static size_t heap_retain(void) {
   return opt.retain > SIZE_MAX / 2 ? SIZE_MAX : 2 * opt.retain;
 }
 
+/* Whether every block up to SC_LOOKUP_MAX that malloc or new serves comes from the class of
+   its size or is a whole page (a heap-profiler sample): then a sized free may take the class
+   from the size (fastpath.h). Sampled guard blocks end at their page's end, debug mode's carry
+   redzones, and memcheck and sanitizer modes check every free. */
+static bool sized_free_trusted(void) {
+  return !debug_on && !memcheck_on && !mag_magazines_off && !opt.sample;
+}
+
 void magpie_init(void) {
   if (__atomic_load_n(&init_state, __ATOMIC_ACQUIRE) == INIT_DONE) return;
   int expected = INIT_NONE;
@@ -102,6 +111,7 @@ void magpie_init(void) {
   hugepage_init();
   cache_init();
   mag_init();
+  if (sized_free_trusted()) fast_sized_mask = OS_PAGE - 1;
   init_here = 0;
   __atomic_store_n(&init_state, INIT_DONE, __ATOMIC_RELEASE);
 }
@@ -113,6 +123,8 @@ __attribute__((constructor)) static void magpie_constructor(void) {
     options_init();
     heap_arena.retain = heap_retain();
     hugepage_options();
+    /* only ever cleared: a block sampled before the options changed stays sampled */
+    if (!sized_free_trusted()) __atomic_store_n(&fast_sized_mask, 0, __ATOMIC_RELAXED);
   }
   if (debug_on || (opt.stats != OPT_STATS_OFF && !opt.stats_file[0])) report_keep_stderr();
   fork_handlers_register();

@@ -7,4 +7,7 @@
 #define MAGPIE_HIDDEN __attribute__((visibility("hidden")))
 /* The expected outcome of a test on a fast path. */
 #define MP_LIKELY(x) __builtin_expect(!!(x), 1)
+/* A fast-path function, inlined into its callers whatever the optimiser thinks of its size: in
+   C++ (cxx.cc) GCC otherwise leaves the magazine pop out of line, a call and its spills. */
+#define MP_INLINE inline __attribute__((always_inline))
 #endif

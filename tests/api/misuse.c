@@ -12,11 +12,21 @@
  *                   blocks of 64 bytes), then more blocks of its size
  *   hollow-write    a write to p instead of the free: reported when the slab takes p's page
  *                   back into use
+ *   sized-double-delete
+ *                   C++'s sized operator delete(p, 40) twice, p = operator new(40) (found with
+ *                   dlsym: this program links no C++ runtime), after a warm-up of such pairs
+ *   sized-delete-interior
+ *                   operator delete(p + 8, 32), p = operator new(64)
+ *   sized-delete-mismatch
+ *                   operator delete(p, 32), p = operator new(48) at an address where a 32-byte
+ *                   block could start (magpie's sized delete then takes it for one), then
+ *                   malloc_trim: reported when p reaches the 32-byte class's slabs
  *
  * Reaching the end means the misuse went unnoticed: exit status 3.
  */
 #include "check.h"
 
+#include <dlfcn.h>
 #include <malloc.h>
 
 #define UNNOTICED_STATUS 3
@@ -59,11 +69,48 @@ static void hollow_misuse(const char *kind, int write) {
     memset(malloc(opaque_size(SIZE)), 2, SIZE);
 }
 
+/* A double or interior C++ sized delete, through the operators the process resolves. */
+static void sized_delete_misuse(const char *kind, int interior) {
+  void *(*op_new)(size_t) = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "_Znwm");
+  void (*op_delete)(void *, size_t) = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT, "_ZdlPvm");
+  if (op_new == NULL || op_delete == NULL) exit(2);
+  for (int i = 0; i < 1000; i++) /* the magazines are loaded, the fast path taken */
+    op_delete(op_new(opaque_size(40)), 40);
+  char *p = op_new(opaque_size(interior ? 64 : 40));
+  if (((uintptr_t)p & 4095) == 0) /* magpie checks a page-aligned one in the page map */
+    p = op_new(opaque_size(interior ? 64 : 40));
+  memset(p, 1, interior ? 64 : 40);
+  if (strcmp(kind, "sized-delete-mismatch") == 0) {
+    char *blocks[256];
+    int odd = -1;
+    for (int i = 0; i < 256; i++) {
+      blocks[i] = op_new(opaque_size(48));
+      uintptr_t a = (uintptr_t)blocks[i];
+      if (odd < 0 && a % 32 == 0 && a % 4096 != 0) odd = i;
+    }
+    if (odd < 0) exit(2);
+    announce(kind, blocks[odd]);
+    for (int i = 0; i < 256; i++)
+      op_delete(opaque_ptr(blocks[i]), i == odd ? 32 : 48);
+    malloc_trim(0);
+    return;
+  }
+  if (interior) {
+    announce(kind, p + 8);
+    op_delete(opaque_ptr(p + 8), 32);
+  } else {
+    announce(kind, p);
+    op_delete(p, 40);
+    op_delete(opaque_ptr(p), 40);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr,
             "usage: %s "
-            "double-free|free-stack|free-global|free-interior|hollow-double-free|hollow-write\n",
+            "double-free|free-stack|free-global|free-interior|hollow-double-free|hollow-write|"
+            "sized-double-delete|sized-delete-interior|sized-delete-mismatch\n",
             argv[0]);
     return 2;
   }
@@ -101,6 +148,8 @@ int main(int argc, char **argv) {
     void *interior = opaque_ptr(p + 8);
     announce(kind, interior);
     free(interior);
+  } else if (strncmp(kind, "sized-", 6) == 0) {
+    sized_delete_misuse(kind, strcmp(kind, "sized-delete-interior") == 0);
   } else if (strncmp(kind, "hollow-", 7) == 0) {
     hollow_misuse(kind, strcmp(kind, "hollow-write") == 0);
   } else {

@@ -14,10 +14,18 @@ int main(void) {
     UCHECK(span / size >= 8);
     UCHECK(span % size <= span / 16 || (span == SC_SPAN_MAX && span % size < size));
     UCHECK(sc_span_for(size) == span);
-    for (uint32_t off = 0; off < span; off += 16) /* the multiply test agrees with % */
-      UCHECK(sc_is_object_start(c, off) == (off % size == 0));
+    /* the multiply test agrees with %, at every byte of a span, wherever the span is */
+    for (uint32_t off = 0; off < span; off++)
+      if (sc_is_object_start(c, off) != (off % size == 0) ||
+          sc_is_object_start(c, ((uintptr_t)0x7f5a << 32 | span * 3) + off) != (off % size == 0))
+        UCHECK(!"sc_is_object_start disagrees with %");
   }
   UCHECK(sc_info[SC_COUNT].size == SC_SMALL_MAX);
+  /* a page-map tag that is no class is no object start anywhere (free's fast path relies on
+     it: src/front/fastpath.h) */
+  for (unsigned tag = 0; tag < SC_INFO_ENTRIES; tag = tag ? tag + 1 : SC_COUNT + 1)
+    for (uintptr_t a = 0; a < ((uintptr_t)1 << 22); a += 16)
+      if (sc_is_object_start(tag, ((uintptr_t)0x7f5a << 32) + a)) UCHECK(!"a tag passes");
   UCHECK(sc_of(0) == 1 && sc_of(1) == 1 && sc_of(16) == 1 && sc_of(17) == 2);
   for (size_t s = 1; s <= SC_SMALL_MAX; s++) {
     unsigned c = sc_of(s);
