@@ -15,8 +15,10 @@
  *      that a background thread (the reaper) does, so that memory also goes back while the
  *      program is idle: when no slow path has run for REAPER_IDLE_TICKS intervals, it purges
  *      every dirty page; after each reap it collapses dense huge pages (hugepage.c theory 3).
- *      Small programs never get the thread (a thread of its own can surprise a program:
- *      unshare(CLONE_NEWUSER) needs a single-threaded process), nor does the child of a
+ *      Small programs never get the thread, nor do programs that have run no thread of their
+ *      own (a thread of magpie's would surprise them: unshare(CLONE_NEWUSER) needs a
+ *      single-threaded process, and glibc's fork is async-signal-safe only in one, fork.c
+ *      theory 3), unless the live view asks for it (publish_ms), nor does the child of a
  *      multithreaded fork; option reaper=0 keeps it away altogether. cache_trim gives back
  *      everything free at once; cache_reclaim, after an allocation found no memory, gives back
  *      every cached object and wholly free span for one more try.
@@ -122,7 +124,7 @@ void cache_reap_tick(void) {
   int state = __atomic_load_n(&reaper_state, __ATOMIC_RELAXED);
   if (state == REAPER_RUNNING) return;
   if (opt.reaper && state == REAPER_NONE &&
-      (os_mapped_bytes() > REAPER_START_BYTES || opt.publish_ms)) {
+      ((os_mapped_bytes() > REAPER_START_BYTES && os_program_threaded()) || opt.publish_ms)) {
     reaper_start();
     return;
   }
