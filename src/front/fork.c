@@ -30,7 +30,11 @@
  *      frame, the parent or child handler pops it, and an inner fork, which runs whole between
  *      two instructions of the outer one, pushes and pops above it. Each step is ordered so that
  *      an inner fork may land between any two: prepare fills the frame before it counts it,
- *      parent and child copy their frame before they drop it. Forks nested deeper than
+ *      parent and child copy their frame before they drop it. An inner fork that lands where
+ *      this thread holds no magpie lock (before prepare's first lock, after the parent's last
+ *      release or the child's reset) is a whole fork: lock_held_here rises before a lock is
+ *      taken and falls after it is let go, so it never reads 0 while one is held, and the
+ *      inner fork leaves every lock and the count as it found them. Forks nested deeper than
  *      FORK_NESTING_MAX (one more signal handler each) take nothing, like case 3.
  *   5. The handlers are registered from the library constructor, when malloc already works
  *      (pthread_atfork allocates).
