@@ -313,8 +313,11 @@ void cache_fork_child(void) {
   cache_for_all(cache_init_locks);
   /* Threads are not copied by fork. The child of a multithreaded process may only call
      async-signal-safe functions until it execs (POSIX; ThreadSanitizer kills it otherwise), so
-     there magpie starts no thread of its own: its slow paths reap instead. */
+     there magpie starts no thread of its own: its slow paths reap instead. The registry does
+     not show every thread (one that never allocated, or only from per-CPU magazines), so
+     glibc's word that the parent ran threads counts too. */
   bool others = mag_fork_child();
-  if (others || reaper_state == REAPER_RUNNING) reaper_state = REAPER_INLINE;
+  if (others || reaper_state == REAPER_RUNNING || os_program_threaded())
+    reaper_state = REAPER_INLINE;
   lock_init(&cache_list_lock);
 }
