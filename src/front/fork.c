@@ -22,7 +22,7 @@
  *      from after the last prepare handler to the first parent or child handler, and a handler
  *      that forks inside that window waits for it forever. So magpie starts no thread of its
  *      own in a program that has run none (caches.c theory 3, populate.c), unless the live
- *      view is asked for (publish_ms).
+ *      view (publish_ms) or option reaper=2 asks for it.
  *   4. Forks nest. The handler may also interrupt the program's own fork() between its prepare
  *      and its parent or child handlers, while prepare holds every lock (so the inner fork takes
  *      nothing), or while they take or let go of them. What a fork decided in prepare is
