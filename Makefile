@@ -28,10 +28,12 @@ deps:
 
 # ctest prints no output of a skipped test: the reasons the tests gave ("SKIPPED: ...", e.g. a
 # kernel without rseq or membarrier) are printed after its summary.
-# A build configured before clang was installed left the fuzz target out: configure it again.
+# A build configured before clang was installed left the fuzz target out, and one configured
+# before glibc-source was installed left glibc's malloc tests out: configure it again.
 test:
 	@scripts/deps.sh test
 	@! grep -qs '^MAGPIE_CLANG:FILEPATH=.*NOTFOUND' $(BUILD)/CMakeCache.txt || cmake $(BUILD) >/dev/null
+	@! grep -qs '^MAGPIE_GLIBC_SOURCE:FILEPATH=.*NOTFOUND' $(BUILD)/CMakeCache.txt || cmake $(BUILD) >/dev/null
 	@$(MAKE) build
 	cd $(BUILD) && { ctest --output-on-failure -j $(JOBS); rc=$$?; \
 	  grep -h '^SKIPPED: ' Testing/Temporary/LastTest.log; exit $$rc; }

@@ -4,7 +4,8 @@
 #                           configure step finds it for the tool's tests; the demo runs in it)
 #   scripts/deps.sh test    `make test`: the above, and what the tests run (sqlite3, git,
 #                           valgrind, clang and libFuzzer, pkg-config, groff, cargo; tmux and
-#                           redis for `magpie top`'s tests)
+#                           redis for `magpie top`'s tests; glibc-source, whose malloc tests
+#                           tests/glibc builds)
 #   scripts/deps.sh package `make deb`: the build's, and dpkg-dev and file
 #   scripts/deps.sh format  `make format`, `make format-check`: clang-format
 # Without an argument: build.
@@ -39,6 +40,9 @@ if [ "$mode" = test ]; then
   # one, else Debian's (the crates build with its rustc 1.63).
   command -v cargo >/dev/null 2>&1 || [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ] ||
     need="$need cargo"
+  # glibc's own malloc tests (tests/glibc) come from the source of the glibc that runs here.
+  glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | sed 's/^glibc //')
+  [ -f "/usr/src/glibc/glibc-$glibc.tar.xz" ] || need="$need glibc-source"
 fi
 [ -n "$need" ] || exit 0
 echo "deps ($mode): installing$need"

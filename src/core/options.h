@@ -22,8 +22,9 @@ typedef struct options {
   size_t large_own;       /* blocks of at least this size get their own mapping */
   size_t calloc_populate; /* calloc maps fresh pages of blocks up to this size at once */
   size_t sample;          /* about one small allocation in this many gets a guard page; 0 off */
-  size_t reaper;          /* 1: a background thread reaps once the heap is big (cache.c) */
-  size_t percpu;          /* 1: per-CPU magazines once threads outnumber CPUs; 0: never */
+  size_t reaper; /* 1: a background thread reaps once the heap is big, in a program that runs
+                    threads; 2: in any program; 0: never (caches.c) */
+  size_t percpu; /* 1: per-CPU magazines once threads outnumber CPUs; 0: never */
   size_t percpu_threads;  /* threads that keep their own magazines; 0: twice the CPUs */
   size_t hugepages;       /* OPT_HUGE_*: how slab huge pages are backed (hugepage.c) */
   size_t hugepages_min;   /* auto: slab heap bytes from which huge pages are used */

@@ -15,11 +15,13 @@
  *      that a background thread (the reaper) does, so that memory also goes back while the
  *      program is idle: when no slow path has run for REAPER_IDLE_TICKS intervals, it purges
  *      every dirty page; after each reap it collapses dense huge pages (hugepage.c theory 3).
- *      Small programs never get the thread (a thread of its own can surprise a program:
- *      unshare(CLONE_NEWUSER) needs a single-threaded process), nor does the child of a
- *      multithreaded fork; option reaper=0 keeps it away altogether. cache_trim gives back
- *      everything free at once; cache_reclaim, after an allocation found no memory, gives back
- *      every cached object and wholly free span for one more try.
+ *      Small programs never get the thread, nor do programs that have run no thread of their
+ *      own (a thread of magpie's would surprise them: unshare(CLONE_NEWUSER) needs a
+ *      single-threaded process, and glibc's fork is async-signal-safe only in one, fork.c
+ *      theory 3), unless the live view asks for it (publish_ms) or option reaper=2 does, nor
+ *      does the child of a multithreaded fork; option reaper=0 keeps it away altogether. cache_trim
+ * gives back everything free at once; cache_reclaim, after an allocation found no memory, gives
+ * back every cached object and wholly free span for one more try.
  *   4. Object-cache ids index the threads' slot tables (mag_slots.c); ids are reused after destroy.
  *   Lock order: the one list in fork.c.
  */
@@ -58,6 +60,7 @@ static int reaper_state;         /* REAPER_NONE, _RUNNING or _INLINE (atomic) */
 #define REAPER_START_BYTES ((size_t)32 << 20) /* heaps smaller than this never get a thread */
 #define REAP_TICK_MISSES 8  /* magazine misses per look at the clock, per thread */
 #define REAPER_IDLE_TICKS 2 /* quiet intervals before every dirty page goes */
+#define REAPER_OPT_SINGLE 2 /* reaper=2: the thread in single-threaded programs too */
 enum { REAPER_NONE, REAPER_RUNNING, REAPER_INLINE }; /* _INLINE: slow paths reap, no thread */
 
 void cache_init(void) {
@@ -123,7 +126,9 @@ void cache_reap_tick(void) {
   int state = __atomic_load_n(&reaper_state, __ATOMIC_RELAXED);
   if (state == REAPER_RUNNING) return;
   if (opt.reaper && state == REAPER_NONE &&
-      (os_mapped_bytes() > REAPER_START_BYTES || opt.publish_ms)) {
+      ((os_mapped_bytes() > REAPER_START_BYTES &&
+        (os_program_threaded() || opt.reaper >= REAPER_OPT_SINGLE)) ||
+       opt.publish_ms)) {
     reaper_start();
     return;
   }
@@ -312,8 +317,11 @@ void cache_fork_child(void) {
   cache_for_all(cache_init_locks);
   /* Threads are not copied by fork. The child of a multithreaded process may only call
      async-signal-safe functions until it execs (POSIX; ThreadSanitizer kills it otherwise), so
-     there magpie starts no thread of its own: its slow paths reap instead. */
+     there magpie starts no thread of its own: its slow paths reap instead. The registry does
+     not show every thread (one that never allocated, or only from per-CPU magazines), so
+     glibc's word that the parent ran threads counts too. */
   bool others = mag_fork_child();
-  if (others || reaper_state == REAPER_RUNNING) reaper_state = REAPER_INLINE;
+  if (others || reaper_state == REAPER_RUNNING || os_program_threaded())
+    reaper_state = REAPER_INLINE;
   lock_init(&cache_list_lock);
 }

@@ -17,9 +17,26 @@
  *      wait for its own thread. When the forking thread holds any magpie lock (lock_held_here),
  *      the handlers take and reset nothing: the child is a copy of a process interrupted inside
  *      the allocator, in which, as POSIX says of any child forked from a handler, only
- *      async-signal-safe functions may be called. This holds whether or not magpie's own
- *      background thread runs (it makes a program of one thread two).
- *   4. The handlers are registered from the library constructor, when malloc already works
+ *      async-signal-safe functions may be called. glibc's own part of fork is safe in a
+ *      handler only while the process has run one thread: otherwise it holds its atfork lock
+ *      from after the last prepare handler to the first parent or child handler, and a handler
+ *      that forks inside that window waits for it forever. So magpie starts no thread of its
+ *      own in a program that has run none (caches.c theory 3, populate.c), unless the live
+ *      view (publish_ms) or option reaper=2 asks for it.
+ *   4. Forks nest. The handler may also interrupt the program's own fork() between its prepare
+ *      and its parent or child handlers, while prepare holds every lock (so the inner fork takes
+ *      nothing), or while they take or let go of them. What a fork decided in prepare is
+ *      therefore kept per fork, on a small per-thread stack (fork_frames): prepare pushes a
+ *      frame, the parent or child handler pops it, and an inner fork, which runs whole between
+ *      two instructions of the outer one, pushes and pops above it. Each step is ordered so that
+ *      an inner fork may land between any two: prepare fills the frame before it counts it,
+ *      parent and child copy their frame before they drop it. An inner fork that lands where
+ *      this thread holds no magpie lock (before prepare's first lock, after the parent's last
+ *      release or the child's reset) is a whole fork: lock_held_here rises before a lock is
+ *      taken and falls after it is let go, so it never reads 0 while one is held, and the
+ *      inner fork leaves every lock and the count as it found them. Forks nested deeper than
+ *      FORK_NESTING_MAX (one more signal handler each) take nothing, like case 3.
+ *   5. The handlers are registered from the library constructor, when malloc already works
  *      (pthread_atfork allocates).
  *
  * Lock order. A thread that holds a lock of this list takes only locks further down it:
@@ -47,13 +64,57 @@
 #include <pthread.h>
 #include <stdbool.h>
 
-static __thread bool fork_untouched; /* this fork came from inside the allocator (theory 3) */
-static __thread bool fork_stdio_locked;
+/* Forks one thread may have under way at once: the program's, and one per signal handler that
+   interrupts the one below it (theory 4). */
+#define FORK_NESTING_MAX 16
+
+/* What one fork's prepare decided, for its parent or child handler. */
+typedef struct fork_frame {
+  bool untouched;    /* the forking thread held a magpie lock: nothing taken (theory 3) */
+  bool stdio_locked; /* prepare took stdio's list lock */
+} fork_frame_t;
+
+/* The forks under way on this thread, innermost last; only this thread and its signal handlers
+   touch them, and a handler's fork returns them as it found them. */
+static __thread fork_frame_t fork_frames[FORK_NESTING_MAX];
+static __thread unsigned fork_depth; /* frames in use (may exceed the array: those take nothing) */
+
+/* Keeps the compiler from moving a frame's stores or loads across a change of fork_depth, as a
+   signal handler on this thread would see them. */
+static inline void fork_fence(void) {
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+
+/* Pushes this fork's frame. An inner fork landing before the push ends leaves fork_depth as it
+   found it and writes only at or above it, and the frame is filled before it is counted. */
+static fork_frame_t *fork_push(bool untouched) {
+  unsigned depth = fork_depth;
+  fork_frame_t *frame = depth < FORK_NESTING_MAX ? &fork_frames[depth] : NULL;
+  if (frame) *frame = (fork_frame_t){.untouched = untouched, .stdio_locked = false};
+  fork_fence();
+  fork_depth = depth + 1;
+  fork_fence();
+  return frame;
+}
+
+/* Pops this fork's frame and returns a copy, taken before the pop so that an inner fork landing
+   after it may reuse the slot. */
+static fork_frame_t fork_pop(void) {
+  unsigned depth = fork_depth - 1;
+  fork_frame_t frame = {.untouched = true, .stdio_locked = false};
+  if (depth < FORK_NESTING_MAX) frame = fork_frames[depth];
+  fork_fence();
+  fork_depth = depth;
+  fork_fence();
+  return frame;
+}
 
 static void fork_prepare(void) {
-  fork_untouched = lock_held_here != 0;
-  if (fork_untouched) return;
-  fork_stdio_locked = os_stdio_lock();
+  /* An inner fork between this read and the push leaves lock_held_here as it found it. */
+  bool held = lock_held_here != 0;
+  fork_frame_t *frame = fork_push(held);
+  if (!frame || frame->untouched) return;
+  frame->stdio_locked = os_stdio_lock();
   stats_fork_prepare();
   if (debug_on) debug_fork_prepare();
   sample_fork_prepare();
@@ -62,17 +123,19 @@ static void fork_prepare(void) {
 }
 
 static void fork_parent(void) {
-  if (fork_untouched) return;
+  fork_frame_t frame = fork_pop();
+  if (frame.untouched) return;
   cache_fork_parent();
   prof_fork_parent();
   sample_fork_parent();
   if (debug_on) debug_fork_parent();
   stats_fork_parent();
-  if (fork_stdio_locked) os_stdio_unlock();
+  if (frame.stdio_locked) os_stdio_unlock();
 }
 
 static void fork_child(void) {
-  if (fork_untouched) return;
+  fork_frame_t frame = fork_pop();
+  if (frame.untouched) return;
   cache_fork_child();
   prof_fork_child();
   sample_fork_child();

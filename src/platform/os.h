@@ -90,6 +90,10 @@ uint64_t os_realtime_ns(void); /* wall-clock time, ns since the epoch */
 void os_sleep_ms(size_t ms);
 /* A detached thread with every signal blocked (they belong to the program's threads). */
 bool os_thread_start(void *(*fn)(void *), const char *name);
+/* Whether the process has run a thread besides its first (glibc's __libc_single_threaded;
+   true where glibc does not say). Until then glibc's fork is async-signal-safe, and a thread
+   of magpie's would end that. */
+bool os_program_threaded(void);
 /* Whether the process may get short-lived helper threads (os_run_parallel): it runs threads
    of its own already, and it is not a child forked after magpie started. */
 bool os_helpers_welcome(void);

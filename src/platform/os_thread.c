@@ -77,6 +77,10 @@ bool os_thread_start(void *(*fn)(void *), const char *name) {
   return ok;
 }
 
+bool os_program_threaded(void) {
+  return !&__libc_single_threaded || !__libc_single_threaded;
+}
+
 bool os_helpers_welcome(void) {
   return &__libc_single_threaded && !__libc_single_threaded && (int)getpid() == os_init_pid;
 }

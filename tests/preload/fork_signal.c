@@ -3,10 +3,16 @@
  *
  * POSIX lets a single-threaded program call fork from a signal handler, and glibc keeps that
  * working while the interrupted thread is inside malloc. Here a timer sends SIGALRM to the
- * program every 2 ms while its only thread allocates, reallocates and frees without pause;
- * the handler forks, and the child leaves at once with _exit (all a handler's child may do).
- * The heap holds more than 32 MiB, so magpie's own background thread is running: the program
- * still has one thread of its own, and its fork from a handler must still work.
+ * program every 2 ms while its only thread allocates, reallocates and frees without pause, and
+ * forks itself now and then (the child leaves with _exit), so the handler's forks also land
+ * inside the program's own fork; the handler forks, and the child leaves at once with _exit
+ * (all a handler's child may do).
+ *
+ * The heap holds more than 32 MiB, where magpie would start its background thread in a program
+ * that runs threads. This program has run none and must stay so: glibc's fork is
+ * async-signal-safe only in a single-threaded process (in any other it holds its atfork lock
+ * around the clone, and a handler's fork there waits for it forever), so the test checks that
+ * the process still has one thread at the end.
  *
  * An allocator whose fork handler takes its own locks unconditionally hangs in the first fork
  * that interrupts it inside a lock; a deadline timer turns that into a failure with a message.
@@ -26,8 +32,21 @@
 #define SLOTS 512
 #define TICK_US 2000   /* well above a fork and wait, so the program itself runs between ticks */
 #define DEADLINE_S 100 /* a run still going then has deadlocked */
+#define PROGRAM_FORK_EVERY 256 /* loop turns between the program's own forks */
 
 static volatile sig_atomic_t forks_done, fork_failures;
+
+/* The threads the process runs now (/proc/self/status), or -1. */
+static int threads_now(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == NULL) return -1;
+  char line[256];
+  int n = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "Threads: %d", &n) == 1) break;
+  fclose(f);
+  return n;
+}
 
 static void on_tick(int sig) {
   (void)sig;
@@ -71,11 +90,21 @@ int main(void) {
       REQUIRE((slot[i] = malloc(size)) != NULL);
     }
     memset(slot[i], 0x5a, size < 64 ? size : 64);
+    if ((state >> 30) % PROGRAM_FORK_EVERY == 0) {
+      pid_t pid = fork();
+      REQUIRE(pid >= 0);
+      if (pid == 0) _exit(0);
+      int status = -1;
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      CHECK(status == 0);
+    }
   }
   struct itimerval off = {{0, 0}, {0, 0}};
   setitimer(ITIMER_REAL, &off, NULL);
   CHECK(fork_failures == 0);
   CHECK(forks_done >= FORKS);
+  CHECK(threads_now() == 1); /* magpie started no thread in a program that has run none */
   for (size_t i = 0; i < SLOTS; i++)
     free(slot[i]);
   for (size_t i = 0; i < HELD_BYTES / HELD_BLOCK; i++)
