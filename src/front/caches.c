@@ -117,9 +117,8 @@ static void reaper_start(void) {
     __atomic_store_n(&reaper_state, REAPER_INLINE, __ATOMIC_RELAXED);
 }
 
-void cache_reap_tick(void) {
-  static __thread unsigned misses; /* the clock is read once per REAP_TICK_MISSES misses */
-  if (misses++ % REAP_TICK_MISSES) return;
+/* What a tick does once the clock is read: starts the reaper, or reaps and publishes here. */
+static void cache_tick_now(void) {
   uint64_t now = os_now_ns(), period = (uint64_t)opt.reap_ms * 1000000u;
   if (now - __atomic_load_n(&cache_last_slow, __ATOMIC_RELAXED) > period / 4)
     __atomic_store_n(&cache_last_slow, now, __ATOMIC_RELAXED); /* rarely: a shared line */
@@ -139,6 +138,17 @@ void cache_reap_tick(void) {
     prof_poll_request();
   }
   stats_publish(now);
+}
+
+/* The system calls of a tick (the reaper's start, the reap, the profile request's file, the
+   live area) leave the program's errno as it was: free, and a malloc that succeeds, never
+   change it. */
+void cache_reap_tick(void) {
+  static __thread unsigned misses; /* the clock is read once per REAP_TICK_MISSES misses */
+  if (misses++ % REAP_TICK_MISSES) return;
+  int saved = errno;
+  cache_tick_now();
+  errno = saved;
 }
 
 size_t cache_trim(void) {

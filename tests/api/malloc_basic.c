@@ -126,14 +126,22 @@ static void test_free_null_and_errno(void) {
     if (errno != 1234) NOTE("  free of a %zu-byte block set errno %d\n", sizes[i], errno);
     CHECK(errno == 1234);
   }
-  /* A batch of small frees, enough to overflow any per-thread cache into its slow path. */
-  void *many[4096];
-  for (int i = 0; i < 4096; i++)
-    REQUIRE((many[i] = malloc(opaque_size(48))) != NULL);
-  errno = 1234;
-  for (int i = 0; i < 4096; i++)
-    free(many[i]);
-  CHECK(errno == 1234);
+  /* Batches of small frees, enough to overflow any per-thread cache into its slow path, again
+     and again so that the periodic reap (its file checks, the live area) runs inside one under
+     reap_ms=1 (api_malloc_basic@reap_ms1). */
+  static void *many[4096];
+  for (int round = 0; round < 500; round++) {
+    for (int i = 0; i < 4096; i++)
+      REQUIRE((many[i] = malloc(opaque_size(48 + (size_t)(i % 8) * 16))) != NULL);
+    errno = 1234;
+    for (int i = 0; i < 4096; i++)
+      free(many[i]);
+    if (errno != 1234) {
+      NOTE("  a batch of frees (round %d) set errno %d\n", round, errno);
+      CHECK(errno == 1234);
+      break;
+    }
+  }
 }
 
 /* Many live blocks of mixed sizes, each filled across its whole usable size with its own
