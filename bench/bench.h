@@ -155,6 +155,24 @@ static inline void bench_check(const void *p, size_t size, uint64_t tag, const c
                (unsigned char)(tag ^ size ^ 0x5a));
 }
 
+/* Blocks that carry their own size: the tag is the size in the low 32 bits and a salt above, so
+   that any thread can check a block it did not allocate (bench_tagged_check). */
+static inline void bench_tagged_fill(void *b, size_t size, bench_rng_t *r) {
+  bench_fill(b, size, (bench_rand(r) << 32) | size);
+}
+
+/* Checks a block bench_tagged_fill wrote, whose size must be within [lo, hi]; returns it. */
+static inline size_t bench_tagged_check(void *b, size_t lo, size_t hi, const char *where) {
+  uint64_t tag;
+  memcpy(&tag, b, sizeof(tag));
+  size_t size = (size_t)(tag & 0xffffffffu);
+  if (size < lo || size > hi)
+    bench_fail("%s: block %p holds tag %#llx (size field out of range)", where, b,
+               (unsigned long long)tag);
+  bench_check(b, size, tag, where);
+  return size;
+}
+
 /* A block a workload holds: where, how big, and the tag its pattern was written with. */
 typedef struct {
   void *p;

@@ -80,24 +80,13 @@ static void *make_block(bench_rng_t *r) {
                             : bench_logsize(r, SIZE_MIN, SIZE_MAX_);
   void *b = BLOCK_ALLOC(sz);
   if (b == NULL) bench_die("malloc(%zu) returned NULL", sz);
-  bench_fill(b, sz, (bench_rand(r) << 32) | sz);
+  bench_tagged_fill(b, sz, r);
   return b;
 }
 
-/* Checks a block whose size is known only from its own first word; returns the size. */
-static size_t check_block(void *b) {
-  uint64_t tag;
-  memcpy(&tag, b, sizeof(tag));
-  size_t sz = (size_t)(tag & 0xffffffffu);
-  if (sz < SIZE_MIN || sz > SIZE_MAX_)
-    bench_fail("larson: block %p holds tag %#llx (size field out of range)", b,
-               (unsigned long long)tag);
-  bench_check(b, sz, tag, "larson");
-  return sz;
-}
 
 static void free_block(void *b) {
-  size_t sz = check_block(b);
+  size_t sz = bench_tagged_check(b, SIZE_MIN, SIZE_MAX_, "larson");
   BLOCK_FREE(b, sz);
 }
 

@@ -43,24 +43,18 @@ typedef struct {
 static _Atomic(void *) *transfer;
 static long ntransfer;
 
-/* A block's first word holds its size in the low 32 bits and a salt above (see bench_fill). */
+/* A block tagged with its size (bench_tagged_fill). */
 static void *make_block(bench_rng_t *r) {
   size_t sz = bench_below(r, LARGE_ONE_IN) == 0 ? bench_logsize(r, LARGE_MIN, LARGE_MAX)
                                                 : bench_logsize(r, SIZE_MIN, SIZE_MAX_);
   void *b = malloc(sz);
   if (b == NULL) bench_die("malloc(%zu) returned NULL", sz);
-  bench_fill(b, sz, (bench_rand(r) << 32) | sz);
+  bench_tagged_fill(b, sz, r);
   return b;
 }
 
 static void drop_block(void *b) {
-  uint64_t tag;
-  memcpy(&tag, b, sizeof(tag));
-  size_t sz = (size_t)(tag & 0xffffffffu);
-  if (sz < SIZE_MIN || sz > LARGE_MAX)
-    bench_fail("mstress: block %p holds tag %#llx (size field out of range)", b,
-               (unsigned long long)tag);
-  bench_check(b, sz, tag, "mstress");
+  bench_tagged_check(b, SIZE_MIN, LARGE_MAX, "mstress");
   free(b);
 }
 

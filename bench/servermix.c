@@ -48,18 +48,12 @@ static void *make_block(bench_rng_t *r) {
   size_t sz = bench_logsize(r, SIZE_MIN, SIZE_MAX_);
   void *b = malloc(sz);
   if (b == NULL) bench_die("malloc(%zu) returned NULL", sz);
-  bench_fill(b, sz, (bench_rand(r) << 32) | sz);
+  bench_tagged_fill(b, sz, r);
   return b;
 }
 
 static void drop_block(void *b) {
-  uint64_t tag;
-  memcpy(&tag, b, sizeof(tag));
-  size_t sz = (size_t)(tag & 0xffffffffu);
-  if (sz < SIZE_MIN || sz > SIZE_MAX_)
-    bench_fail("servermix: block %p holds tag %#llx (size field out of range)", b,
-               (unsigned long long)tag);
-  bench_check(b, sz, tag, "servermix");
+  bench_tagged_check(b, SIZE_MIN, SIZE_MAX_, "servermix");
   free(b);
 }
 

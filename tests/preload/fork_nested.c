@@ -21,6 +21,7 @@
  * in the child): a deadline timer fails the test instead of letting it hang.
  */
 #include "../api/check.h"
+#include "threads_now.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -65,18 +66,6 @@ static int exercise_heap(unsigned salt) {
     free(blocks[i]);
   }
   return 0;
-}
-
-/* The threads the process runs now (/proc/self/status), or -1. */
-static int threads_now(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  if (f == NULL) return -1;
-  char line[256];
-  int n = -1;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "Threads: %d", &n) == 1) break;
-  fclose(f);
-  return n;
 }
 
 static void on_usr1(int sig) {

@@ -18,6 +18,7 @@
  * that interrupts it inside a lock; a deadline timer turns that into a failure with a message.
  */
 #include "../api/check.h"
+#include "threads_now.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -35,18 +36,6 @@
 #define PROGRAM_FORK_EVERY 256 /* loop turns between the program's own forks */
 
 static volatile sig_atomic_t forks_done, fork_failures;
-
-/* The threads the process runs now (/proc/self/status), or -1. */
-static int threads_now(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  if (f == NULL) return -1;
-  char line[256];
-  int n = -1;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "Threads: %d", &n) == 1) break;
-  fclose(f);
-  return n;
-}
 
 static void on_tick(int sig) {
   (void)sig;

@@ -10,23 +10,12 @@
  * so 2 once the thread has started (the program waits for it).
  */
 #include "../api/check.h"
+#include "threads_now.h"
 
 #define HELD_BYTES (48u << 20)
 #define HELD_BLOCK 4096
 #define WAIT_MS 2000 /* the thread starts at the first reap tick; reap_ms is 20 here */
 #define MIN_MS 300   /* 15 reap intervals: time enough for a thread that would start */
-
-/* The threads the process runs now (/proc/self/status), or -1. */
-static int threads_now(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  if (f == NULL) return -1;
-  char line[256];
-  int n = -1;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "Threads: %d", &n) == 1) break;
-  fclose(f);
-  return n;
-}
 
 int main(int argc, char **argv) {
   api_begin("reaper_single");
