@@ -20,6 +20,7 @@ typedef struct mag {
   uint32_t n;       /* rounds held */
   uint32_t cap;     /* rounds it can hold; 0 only for mag_empty, the shared sentinel */
   uint32_t fill;    /* rounds the next refill from the slab layer takes (slow start) */
+  uint32_t giver;   /* the kernel id of the thread that gave it to the depot full (depot.c) */
   struct mag *next; /* on a depot list */
   void *rounds[];
 } mag_t;
@@ -37,6 +38,7 @@ typedef struct depot {
   uint64_t hot_since;        /* os_now_ns when the current DEPOT_HOT_EXCHANGES began */
   uint32_t window_contended; /* lock_try failures since hot_since */
   uint32_t window_takes;     /* full magazines taken since hot_since */
+  uint32_t window_passed;    /* ... of them by a thread other than the one that gave it */
   uint64_t flow_until;       /* os_now_ns until which the depot may keep DEPOT_FLOW_BYTES */
 } depot_t;
 

@@ -28,10 +28,14 @@
  * frees in one class cannot hold memory that other classes need (their slabs empty and go back to
  * the arena). The bound is per cache and small (256 KiB, a few magazines): cached objects freed in
  *      random order each pin a slab (docs/decisions/depot-bound.md). A depot through which
- *      threads pass magazines (a window of DEPOT_HOT_EXCHANGES exchanges with both gives and
- *      takes) keeps up to DEPOT_FLOW_BYTES for DEPOT_FLOW_NS after: producers and consumers
- *      scheduled in turns then meet in the depot instead of in the slab layer, and what the
- *      consumers leave behind is taken by the next reap (theory 3).
+ *      threads pass magazines to other threads (a window of DEPOT_HOT_EXCHANGES exchanges in
+ *      which at least DEPOT_PASSED_MIN full magazines were taken, nearly all by threads other
+ *      than their givers) keeps up to DEPOT_FLOW_BYTES for DEPOT_FLOW_NS after: producers and
+ *      consumers scheduled in turns then meet in the depot instead of in the slab layer, and
+ *      what the consumers leave behind is taken by the next reap (theory 3). Threads that
+ *      free and allocate the same class each (a heap that grows and shrinks) take their own
+ *      magazines back as often as others': their depots keep the small bound, and the objects
+ *      they free go home, so that a shrunk heap is not scattered over more pages.
  *   5. Lock order: a depot lock is never held while calling the slab layer or the metadata
  *      pools; it is a leaf below the thread registry.
  */
@@ -45,13 +49,14 @@
 #define DEPOT_WINDOW_CONTENDED 8 /* ... or per DEPOT_HOT_EXCHANGES exchanges: one in eight */
 #define DEPOT_FULL_BYTES_MAX ((size_t)256 << 10) /* objects a depot keeps in full magazines */
 #define DEPOT_FLOW_BYTES ((size_t)4 << 20)       /* ... while threads pass magazines through it */
-#define DEPOT_FLOW_NS 100000000u                 /* 100 ms: several scheduler turns */
-#define DEPOT_HOT_EXCHANGES 64                   /* a power of two */
-#define DEPOT_HOT_NS 10000000u                   /* 10 ms: 6,400 exchanges a second */
-#define DEPOT_HOT_ROUNDS 32 /* a hot depot grows magazines smaller than this, no further */
-#define MAG_POOLS 9         /* magazine capacities 1, 2, 4, ..., MAG_CAP_MAX */
+#define DEPOT_PASSED_MIN 16      /* full magazines taken in a window, nearly all passed (7 in 8) */
+#define DEPOT_FLOW_NS 100000000u /* 100 ms: several scheduler turns */
+#define DEPOT_HOT_EXCHANGES 64   /* a power of two */
+#define DEPOT_HOT_NS 10000000u   /* 10 ms: 6,400 exchanges a second */
+#define DEPOT_HOT_ROUNDS 32      /* a hot depot grows magazines smaller than this, no further */
+#define MAG_POOLS 9              /* magazine capacities 1, 2, 4, ..., MAG_CAP_MAX */
 
-mag_t mag_empty = {0, 0, 0, NULL};
+mag_t mag_empty = {0, 0, 0, 0, NULL};
 
 static meta_pool_t mag_pools[MAG_POOLS] = {
 #define MAG_POOL(k) META_POOL(META_LINES(sizeof(mag_t) + sizeof(void *) * ((size_t)1 << (k))))
@@ -105,18 +110,21 @@ static void depot_grow(depot_t *d) {
     __atomic_store_n(&d->cap, d->cap * 2, __ATOMIC_RELAXED); /* depot_cap reads it unlocked */
 }
 
-/* Counts an exchange that took a full magazine (take) or gave one (depot lock held); at the end
-   of each window of DEPOT_HOT_EXCHANGES, grows the magazines of a hot or contended depot and
-   notes whether threads pass magazines through it (theory 2, 4). */
-static void depot_exchanged(depot_t *d, bool take) {
+/* Counts an exchange that took a full magazine (take; passed: given by another thread) or gave
+   one (depot lock held); at the end of each window of DEPOT_HOT_EXCHANGES, grows the magazines
+   of a hot or contended depot and notes whether threads pass magazines through it (theory 2,
+   4). */
+static void depot_exchanged(depot_t *d, bool take, bool passed) {
   d->window_takes += take;
+  d->window_passed += passed;
   if (++d->exchanges % DEPOT_HOT_EXCHANGES) return;
   uint64_t now = os_now_ns();
   bool hot = now - d->hot_since < DEPOT_HOT_NS && d->cap < DEPOT_HOT_ROUNDS;
   if (hot || d->window_contended >= DEPOT_WINDOW_CONTENDED) depot_grow(d);
-  if (d->window_takes && d->window_takes < DEPOT_HOT_EXCHANGES) d->flow_until = now + DEPOT_FLOW_NS;
+  if (d->window_takes >= DEPOT_PASSED_MIN && d->window_passed * 8 >= d->window_takes * 7)
+    d->flow_until = now + DEPOT_FLOW_NS;
   d->hot_since = now;
-  d->window_takes = d->window_contended = 0;
+  d->window_takes = d->window_passed = d->window_contended = 0;
 }
 
 /* The bytes of objects the depot keeps in full magazines now (theory 4; its lock held). */
@@ -124,12 +132,12 @@ static size_t depot_bound(const depot_t *d) {
   return os_now_ns() < d->flow_until ? DEPOT_FLOW_BYTES : DEPOT_FULL_BYTES_MAX;
 }
 
-mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give) {
+mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give, uint32_t taker) {
   depot_t *d = &cp->depot;
   depot_lock(d);
   mag_t *full = pop(&d->full, &d->nfull, &d->full_min);
   if (full) {
-    depot_exchanged(d, true);
+    depot_exchanged(d, true, full->giver != taker);
     if (give != &mag_empty) push(&d->empty, &d->nempty, give);
   }
   lock_release(&d->lock);
@@ -168,7 +176,7 @@ mag_t *depot_free_exchange(cache_t *cp, mag_t *give) {
   mag_t *m = pop(&d->empty, &d->nempty, &d->empty_min);
   if (m && m->cap == d->cap) { /* the common case: one trip */
     push(&d->full, &d->nfull, give);
-    depot_exchanged(d, false);
+    depot_exchanged(d, false, false);
     lock_release(&d->lock);
     return m;
   }

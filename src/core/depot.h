@@ -10,11 +10,12 @@
 extern MAGPIE_HIDDEN mag_t mag_empty; /* the sentinel: no rounds, no room, never on a depot list */
 
 void depot_init(cache_t *cp, uint32_t cap, uint32_t cap_max);
-/* A non-empty magazine in exchange for `give` (an empty one, or the sentinel); NULL if none. */
-mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give);
-/* An empty magazine in exchange for `give` (a full one); `give` itself, still full, when the
-   depot keeps no more: the caller gives its rounds back to the slab layer; NULL (nothing kept)
-   if no empty magazine can be made. */
+/* A non-empty magazine in exchange for `give` (an empty one, or the sentinel); NULL if none.
+   taker: the calling thread's kernel id, which the depot compares with the magazine's giver. */
+mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give, uint32_t taker);
+/* An empty magazine in exchange for `give` (a full one, its giver set); `give` itself, still full,
+   when the depot keeps no more: the caller gives its rounds back to the slab layer; NULL (nothing
+   kept) if no empty magazine can be made. */
 mag_t *depot_free_exchange(cache_t *cp, mag_t *give);
 /* A new empty magazine of cap rounds (a power of two up to MAG_CAP_MAX), NULL when out of
    memory. */

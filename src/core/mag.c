@@ -212,7 +212,7 @@ mag_t *mag_slab_fill(cache_t *cp, mag_t *p, bool cpu) {
 void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, mag_t **fill) {
   mag_t *p = t->prev;
   if (p->n == 0) {
-    mag_t *full = depot_alloc_exchange(cp, p);
+    mag_t *full = depot_alloc_exchange(cp, p, mag_tls->tid);
     if (full) {
       mag_held_add((ptrdiff_t)(full->n * cp->size));
     } else if (fill) { /* the caller fills it from the slab layer, outside its lock */
@@ -228,6 +228,12 @@ void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, mag_t **fill) {
   return p->rounds[--p->n];
 }
 
+/* Marks full magazine m as given by the calling thread (depot.c, theory 4). */
+static mag_t *mag_given(mag_t *m) {
+  m->giver = mag_tls->tid;
+  return m;
+}
+
 /* False also when t held no magazine at all (theory 6: obj goes home, and t gets an empty one
    for later). */
 bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj, mag_t **drain) {
@@ -239,7 +245,7 @@ bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj, mag_t **drain) {
   mag_t *p = t->prev;
   if (p->n == p->cap) {
     size_t given = p->n * cp->size;
-    mag_t *e = p == &mag_empty ? depot_empty_mag(cp) : depot_free_exchange(cp, p);
+    mag_t *e = p == &mag_empty ? depot_empty_mag(cp) : depot_free_exchange(cp, mag_given(p));
     if (!e) return false;
     mag_held_add(-(ptrdiff_t)given);
     if (e == p && drain) { /* the depot keeps no more: the caller drains p */
