@@ -24,7 +24,7 @@
  *      still using one), after which they are its own.
  *   5. A CPU's lock is never held across the slab layer (its lock, a fresh slab's mapping and
  *      page faults): a thread preempted there would stall every thread on the CPU that misses
- *      (33 threads on 2 CPUs waited 11 s in all). A refill takes the empty previous magazine
+ *      (docs/decisions/cross-thread-frees.md). A refill takes the empty previous magazine
  *      out of the pair and fills it after releasing the lock; a full one the depot does not
  *      keep leaves the pair and is drained after. Under the lock: pairs, depot trades and
  *      empty magazines only.

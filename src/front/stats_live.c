@@ -11,7 +11,7 @@
  *      path's reap tick, or the reaper thread's start), not a whole interval later, so that a
  *      young process has an area within a fraction of a second (the tool waits that long);
  *      a process that ends sooner, a short command, pays nothing for it (a memfd and a
- *      snapshot: about 67,000 instructions). A fork's child keeps its parent's clock and
+ *      snapshot: docs/decisions/obs-stats-area.md). A fork's child keeps its parent's clock and
  *      publishes at the next due time.
  */
 #include "options.h"
