@@ -24,18 +24,19 @@
  *      that many magazines were not needed during the interval, so depot_reap returns exactly
  *      those to the slab layer (their rounds) and to the metadata pool (the magazines).
  *   4. Bound: past DEPOT_FULL_BYTES_MAX of objects in full magazines, a freeing thread's full
- *      magazine goes back to the slab layer instead (the caller drains it: mag.c), so a burst of
- * frees in one class cannot hold memory that other classes need (their slabs empty and go back to
- * the arena). The bound is per cache and small (256 KiB, a few magazines): cached objects freed in
- *      random order each pin a slab (docs/decisions/depot-bound.md). A depot through which
- *      threads pass magazines to other threads (a window of DEPOT_HOT_EXCHANGES exchanges in
- *      which at least DEPOT_PASSED_MIN full magazines were taken, nearly all by threads other
- *      than their givers) keeps up to DEPOT_FLOW_BYTES for DEPOT_FLOW_NS after: producers and
- *      consumers scheduled in turns then meet in the depot instead of in the slab layer, and
- *      what the consumers leave behind is taken by the next reap (theory 3). Threads that
- *      free and allocate the same class each (a heap that grows and shrinks) take their own
- *      magazines back as often as others': their depots keep the small bound, and the objects
- *      they free go home, so that a shrunk heap is not scattered over more pages.
+ *      magazine goes back to the slab layer instead (the caller drains it: mag.c), so a burst
+ *      of frees in one class cannot hold memory that other classes need (their slabs empty and
+ *      go back to the arena). The bound is per cache and small (256 KiB, a few magazines):
+ *      cached objects freed in random order each pin a slab (docs/decisions/depot-bound.md).
+ *      A depot through which threads pass magazines to other threads (a window of
+ *      DEPOT_HOT_EXCHANGES exchanges in which at least DEPOT_PASSED_MIN full magazines were
+ *      taken, nearly all by threads other than their givers) keeps up to DEPOT_FLOW_BYTES for
+ *      DEPOT_FLOW_NS after: producers and consumers scheduled in turns then meet in the depot
+ *      instead of in the slab layer, and what the consumers leave behind is taken by the next
+ *      reap (theory 3). Threads that free and allocate the same class each (a heap that grows
+ *      and shrinks) take their own magazines back as often as others': their depots keep the
+ *      small bound, and the objects they free go home, so that a shrunk heap is not scattered
+ *      over more pages.
  *   5. Lock order: a depot lock is never held while calling the slab layer or the metadata
  *      pools; it is a leaf below the thread registry.
  */

@@ -248,12 +248,14 @@ bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj, mag_t **drain) {
     mag_t *e = p == &mag_empty ? depot_empty_mag(cp) : depot_free_exchange(cp, mag_given(p));
     if (!e) return false;
     mag_held_add(-(ptrdiff_t)given);
-    if (e == p && drain) { /* the depot keeps no more: the caller drains p */
-      *drain = p;
-      t->prev = &mag_empty;
-      return false;
+    if (e == p) {  /* the depot keeps no more: p's rounds go back to their slabs */
+      if (drain) { /* after the caller's lock is released */
+        *drain = p;
+        t->prev = &mag_empty;
+        return false;
+      }
+      mag_drain(cp, p);
     }
-    if (e == p) mag_drain(cp, p);
     p = e;
   }
   p->rounds[p->n++] = obj;

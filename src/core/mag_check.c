@@ -85,7 +85,7 @@ void mag_check(void) {
 
   if (own) lock_acquire(&self->lock);
   mag_cpu_lock_all();
-  size_t pairs = 2 * (SC_COUNT + 1) * (mag_cpu_count() + 1), mags = pairs;
+  size_t mags = 2 * (SC_COUNT + 1) * (mag_cpu_count() + 1); /* the pairs, then the lists */
   for (unsigned c = 1; c <= SC_COUNT; c++) {
     lock_acquire(&malloc_caches[c].depot.lock);
     mags += malloc_caches[c].depot.nfull + malloc_caches[c].depot.nempty;
