@@ -99,8 +99,8 @@ static MP_INLINE int fast_push(tcache_t *tc, size_t c, void *p) {
     }
     n = m->n;
   }
-  m->rounds[n] = p;
   m->n = n + 1;
+  m->rounds[n] = p;
   STAT_ADD(tc->own[c].count.frees, 1);
   fast_leave(tc);
   return 1;

@@ -18,6 +18,11 @@
  *      touches the lines of the sizes it asks for), so that the fast path's branch between the
  *      table and the arithmetic is rarely taken both ways by one program: a program whose
  *      sizes straddle the table's end mispredicts it (docs/decisions/size-class-table-32k.md).
+ *   5. sc_sized is sc_lookup for C++ sized delete: each 16-byte step's class with that class's
+ *      object-start test beside it, so the size alone leads to both in one line (32 KiB, again
+ *      touched only where a program's sizes are). Its magics are zero, so that no address
+ *      passes, until bring-up knows that every block is in its size's class
+ *      (docs/decisions/cxx-sized-delete.md).
  */
 #include "sizeclass.h"
 #include "pagemap.h"
@@ -30,6 +35,7 @@ sc_info_t sc_info[SC_INFO_ENTRIES];
 _Static_assert(SC_INFO_ENTRIES > SC_COUNT && SC_INFO_ENTRIES > PM_TAG_MASK,
                "every tag indexes sc_info");
 uint8_t sc_lookup[SC_LOOKUP_MAX / 16 + 1];
+sc_sized_t sc_sized[SC_LOOKUP_MAX / 16 + 1];
 
 size_t sc_span_for(size_t size) {
   size_t span = SC_SPAN_MIN; /* the waste bound gives way at SC_SPAN_MAX, the count never */
@@ -55,5 +61,13 @@ void sc_init(void) {
     while (sc_info[k].size < i * 16)
       k++;
     sc_lookup[i] = (uint8_t)k;
+    sc_sized[i].class_ = k;
+    sc_sized[i].span_mask = sc_info[k].span_mask;
   }
+}
+
+void sc_sized_trust(int trust) {
+  for (size_t i = 0; i <= SC_LOOKUP_MAX / 16; i++)
+    __atomic_store_n(&sc_sized[i].div_magic, trust ? sc_info[sc_sized[i].class_].div_magic : 0,
+                     __ATOMIC_RELAXED);
 }

@@ -25,7 +25,20 @@ typedef struct sc_info {
 extern MAGPIE_HIDDEN sc_info_t sc_info[SC_INFO_ENTRIES];
 extern MAGPIE_HIDDEN uint8_t sc_lookup[SC_LOOKUP_MAX / 16 + 1];
 
+/* A request size's class with the class's object-start test, indexed like sc_lookup: what a C++
+   sized delete needs in one 16-byte entry (front/fastpath.h). div_magic is 0 until
+   sc_sized_trust(true), and again after sc_sized_trust(false): then no address passes. */
+typedef struct __attribute__((aligned(16))) sc_sized {
+  uint64_t div_magic;
+  uint32_t span_mask;
+  uint32_t class_;
+} sc_sized_t;
+extern MAGPIE_HIDDEN sc_sized_t sc_sized[SC_LOOKUP_MAX / 16 + 1];
+
 void sc_init(void);
+/* Lets sc_sized's tests pass (true: every block of a size up to SC_LOOKUP_MAX is in its size's
+   class), or fail from now on (false). Only div_magic changes, one atomic store an entry. */
+void sc_sized_trust(int trust);
 /* The slab span for objects of size bytes: a power of two holding at least 8 of them. */
 size_t sc_span_for(size_t size);
 
@@ -39,9 +52,13 @@ static inline unsigned sc_of(size_t size) {
 /* True when address a, inside a slab of class c, is the start of an object: its offset in the
    span (spans are aligned to their size) is a multiple of the object size. False for c 0 or
    above SC_COUNT (their magic is 0). */
-static MP_INLINE int sc_is_object_start(unsigned c, uintptr_t a) {
-  uint64_t off = (uint32_t)a & sc_info[c].span_mask, magic = sc_info[c].div_magic;
+static MP_INLINE int sc_offset_is_start(uintptr_t a, uint32_t span_mask, uint64_t magic) {
+  uint64_t off = (uint32_t)a & span_mask;
   return off * magic < magic; /* Lemire's test, with magic - 1 < off * magic folded */
+}
+
+static MP_INLINE int sc_is_object_start(unsigned c, uintptr_t a) {
+  return sc_offset_is_start(a, sc_info[c].span_mask, sc_info[c].div_magic);
 }
 
 #endif

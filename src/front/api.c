@@ -37,8 +37,6 @@
 #include <malloc.h>
 #include <string.h>
 
-uintptr_t fast_sized_mask; /* fastpath.h; set by init.c */
-
 /* The first class that is a multiple of align (a power of two; 1: the default) and holds size
    bytes, or 0: the large path. */
 static unsigned class_of(size_t size, size_t align) {

@@ -14,12 +14,13 @@
  * The free marker: a freed block's first word holds (its address ^ mag_secret); malloc
  * clears it. Seeing it on free means the block is already free: a double free.
  *
- * C++ sized delete (cxx.cc) takes the class from the size it is given instead of the page
- * map, where the size can be trusted (fast_sized_mask below; docs/decisions/cxx-sized-delete.md):
- * the size is the one the block was allocated with, so the class is the one malloc took;
- * the object-start and free-marker checks stay. Anything the size cannot vouch for - a block
- * over 32 KiB, a page-aligned one (the heap profiler's samples are whole pages), any block
- * while sampling or a checking mode is on - goes the page map's way, as free does.
+ * C++ sized delete (cxx.cc) takes the class and its object-start test from the size it is
+ * given (sc_sized) instead of the page map, where the size can be trusted
+ * (docs/decisions/cxx-sized-delete.md): the size is the one the block was allocated with, so
+ * the class is the one malloc took; the object-start and free-marker checks stay. Anything the
+ * size cannot vouch for - a block over 32 KiB, a page-aligned one (the heap profiler's samples
+ * are whole pages), any block while sampling or a checking mode is on (sc_sized's tests fail
+ * then) - goes the page map's way, as free does.
  */
 #ifndef MAGPIE_FASTPATH_H
 #define MAGPIE_FASTPATH_H
@@ -36,11 +37,6 @@ void free_slow(void *p);        /* api.c */
 /* The slow paths of C++ new and delete, which tell debug mode what they are (debug.h). */
 void *malloc_slow_kind(size_t size, size_t align, int kind);
 void free_slow_kind(void *p, size_t size, size_t align, int kind);
-/* What a sized free tests a block's address against before it trusts the size: OS_PAGE - 1
-   once magpie is up with every block up to SC_LOOKUP_MAX from its size's class or a whole page
-   (init.c), so that a page-aligned block, and NULL, take the page map's way; 0 while that is
-   not so (before bring-up; sampling, debug, memcheck or sanitizer mode): every block does. */
-extern MAGPIE_HIDDEN uintptr_t fast_sized_mask;
 #ifdef __cplusplus
 }
 #endif
@@ -67,17 +63,14 @@ static inline void *fast_malloc(size_t size) {
   return MP_LIKELY(p != NULL) ? p : malloc_slow(size);
 }
 
-/* Pushes p, a block of class c, onto the thread's magazine if it is an object start and not
-   already free; or returns 0: the caller takes a slow path, which checks it all again. */
-static MP_INLINE int fast_free_class_try(void *p, unsigned c) {
-  uintptr_t a = (uintptr_t)p, marker = a ^ mag_secret;
-  if (MP_LIKELY(sc_is_object_start(c, a) && *(uintptr_t *)p != marker)) {
-    tcache_t *tc = mag_tls;
-    uintptr_t word = *(uintptr_t *)p;
-    *(uintptr_t *)p = marker; /* before the push: once pushed, p may be another thread's */
-    if (MP_LIKELY(fast_push(tc, c, p))) return 1;
-    *(uintptr_t *)p = word;
-  }
+/* Pushes p, an object start of class c, onto the thread's magazine unless it is already free;
+   or returns 0: the caller takes a slow path, which checks it all again. */
+static MP_INLINE int fast_free_start_try(void *p, unsigned c) {
+  uintptr_t marker = (uintptr_t)p ^ mag_secret, word = *(uintptr_t *)p;
+  if (!MP_LIKELY(word != marker)) return 0;
+  *(uintptr_t *)p = marker; /* before the push: once pushed, p may be another thread's */
+  if (MP_LIKELY(fast_push(mag_tls, c, p))) return 1;
+  *(uintptr_t *)p = word;
   return 0;
 }
 
@@ -85,15 +78,22 @@ static MP_INLINE int fast_free_class_try(void *p, unsigned c) {
    is no class (0: not magpie's; a large, sampled or profiled block's) fails the object-start
    check (sizeclass.h), which so tests the tag too. */
 static MP_INLINE int fast_free_try(void *p) {
-  uintptr_t e = pagemap_get((uintptr_t)p);
-  return fast_free_class_try(p, (unsigned)(e & PM_TAG_MASK));
+  unsigned c = (unsigned)(pagemap_get((uintptr_t)p) & PM_TAG_MASK);
+  return sc_is_object_start(c, (uintptr_t)p) && fast_free_start_try(p, c);
 }
 
 /* fast_free_try of a block allocated with size bytes (C++ sized delete): the class from the
-   size where fast_sized_mask lets the size be trusted, else from the page map. */
+   size where sc_sized vouches for it, else from the page map. A page-aligned block (and NULL)
+   takes the page map's way: it may be a heap-profiler sample, a whole page with no class. */
 static MP_INLINE int fast_free_sized_try(void *p, size_t size) {
-  if (MP_LIKELY(size <= SC_LOOKUP_MAX && ((uintptr_t)p & fast_sized_mask) != 0))
-    return fast_free_class_try(p, sc_lookup[(size + 15) >> 4]);
+  uintptr_t a = (uintptr_t)p;
+  if (MP_LIKELY(size <= SC_LOOKUP_MAX && (a & (OS_PAGE - 1)) != 0)) {
+    /* &sc_sized[(size + 15) >> 4], rounded in one step: the table is 16-byte aligned */
+    const sc_sized_t *s = (const sc_sized_t *)(((uintptr_t)sc_sized + size + 15) & ~(uintptr_t)15);
+    uint64_t magic = __atomic_load_n(&s->div_magic, __ATOMIC_RELAXED);
+    if (MP_LIKELY(sc_offset_is_start(a, s->span_mask, magic)))
+      return fast_free_start_try(p, s->class_);
+  }
   return fast_free_try(p);
 }
 
