@@ -31,9 +31,9 @@
 #define SC_OBJECTS_MIN 8 /* fewer objects per span make slab churn cost more than it saves */
 #define SC_WASTE_SHIFT 4 /* at most span >> 4 bytes of a span may be left over */
 
-sc_table_t sc_table;
+sc_info_t sc_info[SC_INFO_ENTRIES];
 _Static_assert(SC_INFO_ENTRIES > SC_COUNT && SC_INFO_ENTRIES > PM_TAG_MASK,
-               "every tag indexes sc_table");
+               "every tag indexes sc_info");
 uint8_t sc_lookup[SC_LOOKUP_MAX / 16 + 1];
 sc_sized_t sc_sized[SC_LOOKUP_MAX / 16 + 1];
 
@@ -48,26 +48,26 @@ size_t sc_span_for(size_t size) {
 void sc_init(void) {
   unsigned c = 1;
   for (uint32_t size = 16; size <= 128; size += 16)
-    sc_table.info[c++].size = size;
+    sc_info[c++].size = size;
   for (uint32_t base = 128; base < SC_SMALL_MAX; base *= 2)
     for (uint32_t j = 1; j <= 8; j++)
-      sc_table.info[c++].size = base + j * (base / 8);
+      sc_info[c++].size = base + j * (base / 8);
   for (c = 1; c <= SC_COUNT; c++) {
-    sc_table.info[c].span_mask = (uint32_t)(sc_span_for(sc_table.info[c].size) - 1);
-    sc_table.div_magic[c] = UINT64_MAX / sc_table.info[c].size + 1;
+    sc_info[c].span_mask = (uint32_t)(sc_span_for(sc_info[c].size) - 1);
+    sc_info[c].div_magic = UINT64_MAX / sc_info[c].size + 1;
   }
   unsigned k = 1; /* the requests ascend, and so do their classes */
   for (size_t i = 0; i <= SC_LOOKUP_MAX / 16; i++) {
-    while (sc_table.info[k].size < i * 16)
+    while (sc_info[k].size < i * 16)
       k++;
     sc_lookup[i] = (uint8_t)k;
     sc_sized[i].class_ = k;
-    sc_sized[i].span_mask = sc_table.info[k].span_mask;
+    sc_sized[i].span_mask = sc_info[k].span_mask;
   }
 }
 
 void sc_sized_trust(int trust) {
   for (size_t i = 0; i <= SC_LOOKUP_MAX / 16; i++)
-    __atomic_store_n(&sc_sized[i].div_magic, trust ? sc_table.div_magic[sc_sized[i].class_] : 0,
+    __atomic_store_n(&sc_sized[i].div_magic, trust ? sc_info[sc_sized[i].class_].div_magic : 0,
                      __ATOMIC_RELAXED);
 }

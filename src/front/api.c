@@ -42,7 +42,7 @@
 static unsigned class_of(size_t size, size_t align) {
   if (size > SC_SMALL_MAX || align > SC_SMALL_MAX) return 0;
   unsigned c = sc_of(size > align ? size : align);
-  while (sc_table.info[c].size & (align - 1))
+  while (sc_info[c].size & (align - 1))
     c++; /* the 256 KiB class is a multiple of any align */
   return c;
 }
@@ -148,7 +148,7 @@ void free_slow_kind(void *p, size_t size, size_t align, int kind) {
 static bool block_live(void *p, uintptr_t entry, size_t *size) {
   uintptr_t a = (uintptr_t)p, tag = entry & PM_TAG_MASK;
   if (tag >= 1 && tag <= SC_COUNT) {
-    *size = sc_table.info[tag].size;
+    *size = sc_info[tag].size;
     return sc_is_object_start((unsigned)tag, a) && *(uintptr_t *)p != (a ^ mag_secret);
   }
   if (tag == PM_TAG_LARGE && (a & (OS_PAGE - 1)) == 0) {

@@ -66,7 +66,7 @@ enum { REAPER_NONE, REAPER_RUNNING, REAPER_INLINE }; /* _INLINE: slow paths reap
 void cache_init(void) {
   mag_miss_hook = cache_reap_tick;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    cache_setup(&malloc_caches[c], "malloc", sc_table.info[c].size, c);
+    cache_setup(&malloc_caches[c], "malloc", sc_info[c].size, c);
     malloc_caches[c].id = c;
   }
 }

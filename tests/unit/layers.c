@@ -342,7 +342,7 @@ int main(int argc, char **argv) {
   static void *blocks[SC_COUNT + 1][PER_CLASS];
   for (unsigned c = 1; c <= SC_COUNT; c++)
     for (int i = 0; i < PER_CLASS; i++) {
-      size_t size = sc_table.info[c].size;
+      size_t size = sc_info[c].size;
       void *p = blocks[c][i] = magpie_malloc(size);
       UCHECK(p && ((uintptr_t)p & 15) == 0 && magpie_usable_size(p) == size);
       memset(p, (int)c, size);
@@ -351,7 +351,7 @@ int main(int argc, char **argv) {
     slab_check(&malloc_caches[c]);
     for (int i = 0; i < PER_CLASS; i++) {
       unsigned char *p = blocks[c][i];
-      UCHECK(p[0] == (unsigned char)c && p[sc_table.info[c].size - 1] == (unsigned char)c);
+      UCHECK(p[0] == (unsigned char)c && p[sc_info[c].size - 1] == (unsigned char)c);
       magpie_free(p);
     }
   }
