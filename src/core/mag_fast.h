@@ -71,9 +71,9 @@ static MP_INLINE void *fast_pop(tcache_t *tc, size_t c) {
     n = m->n;
   }
   m->n = n - 1;
-  STAT_ADD(tc->own[c].count.allocs, 1);
   void *p = m->rounds[n - 1];
   if (p == NULL) __builtin_unreachable(); /* rounds are blocks: the caller need not test */
+  STAT_ADD(tc->own[c].count.allocs, 1);
   fast_leave(tc);
   return p;
 }
@@ -99,8 +99,8 @@ static MP_INLINE int fast_push(tcache_t *tc, size_t c, void *p) {
     }
     n = m->n;
   }
-  m->n = n + 1;
   m->rounds[n] = p;
+  m->n = n + 1;
   STAT_ADD(tc->own[c].count.frees, 1);
   fast_leave(tc);
   return 1;
