@@ -66,7 +66,7 @@ void sc_init(void) {
   }
 }
 
-void sc_sized_trust(int trust) {
+void sc_sized_trust(bool trust) {
   for (size_t i = 0; i <= SC_LOOKUP_MAX / 16; i++)
     __atomic_store_n(&sc_sized[i].div_magic, trust ? sc_info[sc_sized[i].class_].div_magic : 0,
                      __ATOMIC_RELAXED);

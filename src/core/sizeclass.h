@@ -2,6 +2,7 @@
 #ifndef MAGPIE_SIZECLASS_H
 #define MAGPIE_SIZECLASS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,7 +39,7 @@ extern MAGPIE_HIDDEN sc_sized_t sc_sized[SC_LOOKUP_MAX / 16 + 1];
 void sc_init(void);
 /* Lets sc_sized's tests pass (true: every block of a size up to SC_LOOKUP_MAX is in its size's
    class), or fail from now on (false). Only div_magic changes, one atomic store an entry. */
-void sc_sized_trust(int trust);
+void sc_sized_trust(bool trust);
 /* The slab span for objects of size bytes: a power of two holding at least 8 of them. */
 size_t sc_span_for(size_t size);
 
@@ -49,14 +50,15 @@ static inline unsigned sc_of(size_t size) {
   return 8u + (k - 7u) * 8u + (unsigned)((size - 1) >> (k - 3)) - 7u;
 }
 
-/* True when address a, inside a slab of class c, is the start of an object: its offset in the
-   span (spans are aligned to their size) is a multiple of the object size. False for c 0 or
-   above SC_COUNT (their magic is 0). */
+/* True when address a, inside a span of span_mask + 1 bytes of objects whose size's magic is
+   magic, is the start of an object: its offset in the span (spans are aligned to their size)
+   is a multiple of the object size. False everywhere for magic 0. */
 static MP_INLINE int sc_offset_is_start(uintptr_t a, uint32_t span_mask, uint64_t magic) {
   uint64_t off = (uint32_t)a & span_mask;
   return off * magic < magic; /* Lemire's test, with magic - 1 < off * magic folded */
 }
 
+/* sc_offset_is_start in a slab of class c. False for c 0 or above SC_COUNT (their magic is 0). */
 static MP_INLINE int sc_is_object_start(unsigned c, uintptr_t a) {
   return sc_offset_is_start(a, sc_info[c].span_mask, sc_info[c].div_magic);
 }

@@ -111,7 +111,7 @@ void magpie_init(void) {
   hugepage_init();
   cache_init();
   mag_init();
-  if (sized_free_trusted()) sc_sized_trust(1);
+  if (sized_free_trusted()) sc_sized_trust(true);
   init_here = 0;
   __atomic_store_n(&init_state, INIT_DONE, __ATOMIC_RELEASE);
 }
@@ -124,7 +124,7 @@ __attribute__((constructor)) static void magpie_constructor(void) {
     heap_arena.retain = heap_retain();
     hugepage_options();
     /* only ever cleared: a block sampled before the options changed stays sampled */
-    if (!sized_free_trusted()) sc_sized_trust(0);
+    if (!sized_free_trusted()) sc_sized_trust(false);
   }
   if (debug_on || (opt.stats != OPT_STATS_OFF && !opt.stats_file[0])) report_keep_stderr();
   fork_handlers_register();
