@@ -270,7 +270,7 @@ void mag_drain(cache_t *cp, mag_t *m) {
 }
 
 /* The lock a miss of the calling thread in cache cp takes: its tcache's for malloc's classes,
-   whose previous magazines mag_reclaim_idle takes; none for object caches, which it leaves
+   whose previous magazines mag_reclaim takes; none for object caches, which it leaves
    alone, and whose constructors and destructors, run by the slab layer inside the miss, may
    call malloc and miss again. The periodic reap runs before, outside the lock: it takes other
    threads' tcache locks. */
@@ -405,7 +405,6 @@ static void mag_thread_flush(tcache_t *tc) {
 }
 
 void mag_flush_self(void) {
-  mag_cpu_reclaim(true);
   tcache_t *tc = mag_tls;
   if (tc != &tcache_boot && tc != &tcache_dead) mag_thread_flush(tc);
 }

@@ -56,12 +56,12 @@ typedef struct tcache {
   char *cpus;   /* per-CPU magazines (mag_percpu.c) this thread uses for malloc, or NULL: its own */
   uint8_t busy; /* nonzero while the owner works on its own magazines without the lock */
   uint32_t tid; /* the kernel's id of the owner */
-  lock_t lock;  /* the owner's slow paths, mag_reclaim_idle */
+  lock_t lock;  /* the owner's slow paths, mag_reclaim */
   uint64_t bytes_requested; /* sum of malloc sizes (small and large) */
   uint64_t large_allocs, large_frees;
   int64_t sample_left;               /* allocations until the next sampled one (sample.c) */
   uint32_t misses;                   /* slow paths taken (lock) */
-  uint32_t misses_seen;              /* misses at the last mag_reclaim_idle (lock) */
+  uint32_t misses_seen;              /* misses at the last mag_reclaim (lock) */
   cache_slot_t *slots;               /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
   uintptr_t stack;                   /* an address in the owner's stack (leak reports' roots) */
   struct tcache *next, *prev;        /* the registry of live thread caches (mag_registry_lock) */
@@ -81,7 +81,7 @@ typedef struct mag_cpu {
   mag_pair_t mags[SC_COUNT + 1]; /* threads count their own operations in their tcaches */
   lock_t lock;
   uint32_t misses;                          /* slow paths taken on this CPU (lock) */
-  uint32_t misses_seen;                     /* misses at the last mag_reclaim_idle (lock) */
+  uint32_t misses_seen;                     /* misses at the last mag_reclaim (lock) */
 } __attribute__((aligned(4096))) mag_cpu_t; /* rseq.h: CPU i's record is at i << 12 */
 
 /* &mags[c].loaded */
@@ -114,8 +114,9 @@ void *mag_malloc(unsigned c, size_t size); /* the slow path of class c */
 void mag_free(unsigned c, void *p);        /* the slow path, with the checks */
 void mag_thread_exit(void *tc);
 /* Takes the magazines of CPUs and threads that have not missed since the last call (the
-   reaper's interval) and gives them to the depots. */
-void mag_reclaim_idle(void);
+   reaper's interval), or of all of them (all: malloc_trim, and an allocation that found no
+   memory), and gives them to the depots. A thread inside a fast-path operation keeps its own. */
+void mag_reclaim(bool all);
 /* Flushes the calling thread's magazines to the depots (malloc_trim). */
 void mag_flush_self(void);
 void mag_large_count(size_t size, int sign); /* statistics of large blocks */

@@ -1,8 +1,10 @@
 /*
  * mag_reclaim: the reaper's side of the magazine layer. At each reap (front/caches.c, at most
  * once per reap_ms) the CPUs (mag_percpu.c) and threads that have not missed since the last
- * one give their magazines of malloc's classes to the depots, the loaded ones too. Object
- * caches' magazines stay (mag_slots.c).
+ * one give their magazines of malloc's classes to the depots, the loaded ones too; malloc_trim
+ * and an allocation that found no memory take them from every CPU and thread, missing or not,
+ * so that no free block stays out of reach while memory is short. Object caches' magazines
+ * stay (mag_slots.c).
  *
  * Theory: taking the loaded magazines of a thread that works on them without a lock.
  *   1. The owner marks its lock-free work on its own pairs (tc->busy, between fast_enter and
@@ -35,14 +37,13 @@ void mag_reclaim_init(void) {
 #endif
 }
 
-/* Where mag_reclaim_idle keeps the loaded magazines it parked, for MAG_PARK_BATCH threads under
+/* Where mag_reclaim keeps the loaded magazines it parked, for MAG_PARK_BATCH threads under
    one fence (mag_registry_lock). Static: the reaper may run in a slow path, on a small stack. */
 #define MAG_PARK_BATCH 8
 static mag_t *mag_parked[MAG_PARK_BATCH][SC_COUNT + 1];
 
-/* Parks the loaded magazines of a thread that has not missed since the last look (its lock
-   held): swaps the sentinel in for each, keeping what it held in parked[]. Returns whether it
-   parked any. */
+/* Parks the loaded magazines of a thread (its lock held): swaps the sentinel in for each, keeping
+   what it held in parked[]. Returns whether it parked any. */
 static bool mag_thread_park(tcache_t *tc, mag_t **parked) {
   bool any = false;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
@@ -74,22 +75,23 @@ static void mag_thread_settle(tcache_t *tc, mag_t *const *parked, bool fenced) {
   }
 }
 
-/* Threads that have not missed for an interval give up their magazines, where the fence works:
-   parked a batch of threads at a time, which stay locked until one fence has covered them. */
-void mag_reclaim_idle(void) {
-  mag_cpu_reclaim(false);
+/* Threads that have not missed for an interval (or all) give up their magazines, where the
+   fence works: parked a batch of threads at a time, which stay locked until one fence has
+   covered them. */
+void mag_reclaim(bool all) {
+  mag_cpu_reclaim(all);
   lock_acquire(&mag_registry_lock);
   for (tcache_t *tc = mag_registry.next; tc != &mag_registry;) {
     tcache_t *batch[MAG_PARK_BATCH];
     unsigned n = 0;
     for (; tc != &mag_registry && n < MAG_PARK_BATCH; tc = tc->next) {
       lock_acquire(&tc->lock);
-      bool idle = !tc->cpus && tc->misses == tc->misses_seen;
+      bool idle = !tc->cpus && (all || tc->misses == tc->misses_seen);
+      tc->misses_seen = tc->misses;
       if (idle && mag_thread_fence && mag_thread_park(tc, mag_parked[n])) {
         batch[n++] = tc;
         continue;
       }
-      tc->misses_seen = tc->misses;
       lock_release(&tc->lock);
     }
     if (n) INJECT(INJECT_THREAD_PARKED);

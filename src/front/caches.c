@@ -21,7 +21,9 @@
  *      theory 3), unless the live view asks for it (publish_ms) or option reaper=2 does, nor
  *      does the child of a multithreaded fork; option reaper=0 keeps it away altogether. cache_trim
  * gives back everything free at once; cache_reclaim, after an allocation found no memory, gives
- * back every cached object and wholly free span for one more try.
+ * back every cached object and wholly free span for one more try. Both take every thread's
+ * and CPU's magazines, not only the idle ones': a thread that is busy allocating may hold the
+ * free blocks that pin a span.
  *   4. Object-cache ids index the threads' slot tables (mag_slots.c); ids are reused after destroy.
  *   Lock order: the one list in fork.c.
  */
@@ -75,7 +77,7 @@ void cache_init(void) {
    a reap that keeps nothing gives back the free pages inside malloc's slabs too (slab.c theory
    6), but not in debug or memcheck mode, which keep records in free blocks. */
 static size_t cache_reap(bool everything, size_t keep_dirty) {
-  mag_reclaim_idle();
+  mag_reclaim(everything);
   size_t given = 0;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
     depot_reap(&malloc_caches[c], everything);

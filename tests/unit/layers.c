@@ -139,13 +139,13 @@ static void trade_in_window(bool swap) {
   __atomic_store_n(&trade_looked, false, __ATOMIC_RELAXED);
   UCHECK(pthread_create(&t, NULL, trader, swap ? (void *)1 : NULL) == 0);
   pthread_barrier_wait(&trade_ready);
-  mag_reclaim_idle();
+  mag_reclaim(false);
   pthread_barrier_wait(&trade_ready);
   pthread_barrier_wait(&trade_entered);
   lock_acquire(&ic->depot.lock);
   uint32_t full_before = ic->depot.nfull, empty_before = ic->depot.nempty;
   lock_release(&ic->depot.lock);
-  mag_reclaim_idle();
+  mag_reclaim(false);
   __atomic_store_n(&trade_looked, true, __ATOMIC_RELEASE);
   pthread_barrier_wait(&trade_done);
   mag_pair_t *mags = &trade_cache->own[sc_of(IDLER_SIZE)].mags;
@@ -481,7 +481,7 @@ int main(int argc, char **argv) {
   pthread_barrier_wait(&idler_freed);
   cache_t *ic = &malloc_caches[sc_of(IDLER_SIZE)];
   UCHECK(idler_rounds(true) > 0 && idler_rounds(false) > 0);
-  mag_reclaim_idle(); /* the idler missed since the last look: it is not idle yet */
+  mag_reclaim(false); /* the idler missed since the last look: it is not idle yet */
   UCHECK(idler_rounds(true) > 0 && idler_rounds(false) > 0);
   lock_acquire(&ic->depot.lock);
   uint32_t full_before = ic->depot.nfull;
@@ -491,11 +491,21 @@ int main(int argc, char **argv) {
     unit_skip("unit_layers",
               "part 8 with the loaded magazine taken (checked: both stay): the "
               "kernel refuses membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)");
-  mag_reclaim_idle(); /* no miss since: its magazines go */
+  mag_reclaim(false); /* no miss since: its magazines go */
   UCHECK((idler_rounds(true) == -1) == fence && (idler_rounds(false) == -1) == fence);
   lock_acquire(&ic->depot.lock);
   UCHECK(ic->depot.nfull == full_before + 2 * fence);
   lock_release(&ic->depot.lock);
+  pthread_barrier_wait(&idler_done);
+  UCHECK(pthread_join(t, NULL) == 0);
+  /* 8b. all: a thread that just missed gives its magazines too (malloc_trim, an allocation
+     that found no memory) */
+  UCHECK(pthread_create(&t, NULL, idler, NULL) == 0);
+  pthread_barrier_wait(&idler_freed);
+  mag_reclaim(false); /* it missed since the last look: not idle, its magazines stay */
+  UCHECK(idler_rounds(true) > 0 && idler_rounds(false) > 0);
+  mag_reclaim(true);
+  UCHECK((idler_rounds(true) == -1) == fence && (idler_rounds(false) == -1) == fence);
   pthread_barrier_wait(&idler_done);
   UCHECK(pthread_join(t, NULL) == 0);
   /* 9. constructors and destructors may allocate and free, misses included */
@@ -546,7 +556,7 @@ int main(int argc, char **argv) {
     UCHECK(pthread_create(&rw[i], NULL, reaped_worker, (void *)i) == 0);
   unsigned long looks = 0;
   while (__atomic_load_n(&reaped_done, __ATOMIC_ACQUIRE) < REAPED_WORKERS) {
-    mag_reclaim_idle();
+    mag_reclaim(false);
     looks++;
   }
   for (int i = 0; i < REAPED_WORKERS; i++)

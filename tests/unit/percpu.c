@@ -219,14 +219,14 @@ int main(int argc, char **argv) {
 
   /* 2. the reaper takes a CPU's magazines, loaded ones included, only once it is quiet */
   cache_t *qc = &malloc_caches[sc_of(QUIET_SIZE)];
-  mag_reclaim_idle(); /* start an interval */
+  mag_reclaim(false); /* start an interval */
   pthread_t q;
   UCHECK(pthread_create(&q, NULL, quiet_user, NULL) == 0);
   UCHECK(pthread_join(q, NULL) == 0);
-  mag_reclaim_idle(); /* the CPUs that hold these objects missed in this interval */
+  mag_reclaim(false); /* the CPUs that hold these objects missed in this interval */
   depot_reap(qc, true);
   UCHECK(objects_out(qc) > 0);
-  mag_reclaim_idle(); /* quiet since: both magazines of every CPU go to the depot */
+  mag_reclaim(false); /* quiet since: both magazines of every CPU go to the depot */
   depot_reap(qc, true);
   UCHECK(!fence || objects_out(qc) == 0);
 
