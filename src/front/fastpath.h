@@ -63,10 +63,12 @@ static inline void *fast_malloc(size_t size) {
   return MP_LIKELY(p != NULL) ? p : malloc_slow(size);
 }
 
-/* Pushes p, an object start of class c, onto the thread's magazine unless it is already free;
-   or returns 0: the caller takes a slow path, which checks it all again. */
-static MP_INLINE int fast_free_start_try(void *p, unsigned c) {
-  uintptr_t marker = (uintptr_t)p ^ mag_secret, word = *(uintptr_t *)p;
+/* Pushes p, an object start of class c, onto the thread's magazine unless it is already free
+   (its first word is marker, p ^ mag_secret: the callers load the secret before their
+   object-start test, so that the two run side by side); or returns 0: the caller takes a slow
+   path, which checks it all again. */
+static MP_INLINE int fast_free_start_try(void *p, unsigned c, uintptr_t marker) {
+  uintptr_t word = *(uintptr_t *)p;
   if (!MP_LIKELY(word != marker)) return 0;
   *(uintptr_t *)p = marker; /* before the push: once pushed, p may be another thread's */
   if (MP_LIKELY(fast_push(mag_tls, c, p))) return 1;
@@ -78,21 +80,22 @@ static MP_INLINE int fast_free_start_try(void *p, unsigned c) {
    is no class (0: not magpie's; a large, sampled or profiled block's) fails the object-start
    check (sizeclass.h), which so tests the tag too. */
 static MP_INLINE int fast_free_try(void *p) {
-  unsigned c = (unsigned)(pagemap_get((uintptr_t)p) & PM_TAG_MASK);
-  return sc_is_object_start(c, (uintptr_t)p) && fast_free_start_try(p, c);
+  uintptr_t a = (uintptr_t)p, marker = a ^ mag_secret;
+  unsigned c = (unsigned)(pagemap_get(a) & PM_TAG_MASK);
+  return sc_is_object_start(c, a) && fast_free_start_try(p, c, marker);
 }
 
 /* fast_free_try of a block allocated with size bytes (C++ sized delete): the class from the
    size where sc_sized vouches for it, else from the page map. A page-aligned block (and NULL)
    takes the page map's way: it may be a heap-profiler sample, a whole page with no class. */
 static MP_INLINE int fast_free_sized_try(void *p, size_t size) {
-  uintptr_t a = (uintptr_t)p;
+  uintptr_t a = (uintptr_t)p, marker = a ^ mag_secret;
   if (MP_LIKELY(size <= SC_LOOKUP_MAX && (a & (OS_PAGE - 1)) != 0)) {
     /* &sc_sized[(size + 15) >> 4], rounded in one step: the table is 16-byte aligned */
     const sc_sized_t *s = (const sc_sized_t *)(((uintptr_t)sc_sized + size + 15) & ~(uintptr_t)15);
     uint64_t magic = __atomic_load_n(&s->div_magic, __ATOMIC_RELAXED);
     if (MP_LIKELY(sc_offset_is_start(a, s->span_mask, magic)))
-      return fast_free_start_try(p, s->class_);
+      return fast_free_start_try(p, s->class_, marker);
   }
   return fast_free_try(p);
 }
