@@ -6,10 +6,16 @@
  *      and inside error reports, so capturing allocates nothing and takes no magpie lock: the
  *      addresses go to the caller's array. libgcc's unwinder (_Unwind_Backtrace) reads
  *      .eh_frame, which every x86-64 object has, so the program needs no frame pointers.
- *   2. The leading frames inside magpie's own shared object are left out, so the first frame
- *      is the caller's: magpie's address range is looked up once with dl_iterate_phdr. When
- *      magpie is linked into the executable there is no range to skip, and when every frame is
- *      magpie's the whole stack is kept.
+ *   2. The leading frames inside magpie are left out, so the first frame is the caller's:
+ *      magpie's address range is looked up once, with dl_iterate_phdr where magpie is a shared
+ *      object, and from the section magpie_text where it is linked into the program (its static
+ *      libraries keep their code there: CMakeLists.txt renames .text, and the linker provides
+ *      the section's bounds, in whichever module holds it). A program linked with magpie's
+ *      objects some other way has no range to skip, and when every frame is magpie's the whole
+ *      stack is kept.
+ *      A fully static program (no dynamic section) allocates before its C library can unwind
+ *      (glibc's start-up code mallocs before the unwinder can find any frame's tables, and
+ *      libgcc aborts then): there a capture before the program's constructors run is empty.
  *   3. Capturing is cheap and symbolising slow, so they are apart: report_capture keeps bare
  *      addresses, report_frames (symbolize.c) turns them into text only when a report is made.
  *   4. Unwinding costs over a thousand instructions a frame (each frame's unwind table found
@@ -117,8 +123,12 @@ static bool chain_holds(const chain_t *c, uintptr_t cfa, uintptr_t ret, int raw_
 }
 #endif
 
-/* magpie's own address range, when magpie is a shared object apart from the program. */
+/* magpie's own address range: its shared object's, or its section's in the program. */
 static uintptr_t self_lo, self_hi;
+/* The bounds of the section magpie_text, which the linker provides where the program holds it
+   (weak: 0 in the shared object, whose code is in .text). */
+extern const char __start_magpie_text[] __attribute__((weak, visibility("hidden")));
+extern const char __stop_magpie_text[] __attribute__((weak, visibility("hidden")));
 static int self_known; /* atomic: 0 not yet looked up, 1 known */
 
 static int self_range_step(struct dl_phdr_info *info, size_t size, void *arg) {
@@ -139,13 +149,28 @@ static int self_range_step(struct dl_phdr_info *info, size_t size, void *arg) {
   return 1;
 }
 
+/* The module's dynamic section (link.h): none (0) in a fully static program. */
+#pragma weak _DYNAMIC
+static int stack_started; /* the program's constructors have begun: unwinding works */
+
+__attribute__((constructor)) static void stack_start(void) {
+  __atomic_store_n(&stack_started, 1, __ATOMIC_RELAXED);
+}
+
 static void self_range(void) {
   if (__atomic_load_n(&self_known, __ATOMIC_ACQUIRE)) return;
-  dl_iterate_phdr(self_range_step, (void *)(uintptr_t)self_range);
+  uintptr_t text_lo = (uintptr_t)__start_magpie_text, text_hi = (uintptr_t)__stop_magpie_text;
+  if (text_lo && text_hi > text_lo) {
+    self_lo = text_lo;
+    self_hi = text_hi;
+  } else {
+    dl_iterate_phdr(self_range_step, (void *)(uintptr_t)self_range);
+  }
   __atomic_store_n(&self_known, 1, __ATOMIC_RELEASE);
 }
 
 int report_capture(uintptr_t *ips, int max) {
+  if ((uintptr_t)_DYNAMIC == 0 && !__atomic_load_n(&stack_started, __ATOMIC_RELAXED)) return 0;
   uintptr_t raw[STACK_RAW_MAX], cfa[STACK_RAW_MAX];
   if (max > REPORT_DEPTH_MAX) max = REPORT_DEPTH_MAX;
   trace_t t = {raw, cfa, 0, max + 16};

@@ -12,6 +12,8 @@ Checks:
   --stdout TEXT             the program's stdout contains TEXT
   --reject TEXT             the report does not contain TEXT
   --count TEXT=N            TEXT occurs exactly N times in the report
+  --first-frame TEXT        the first frame under the report's first "stack of the call:"
+                            contains TEXT (magpie's own frames are left out)
   --address                 the report names the address the program announced with
                             "misuse: KIND ADDRESS" (every announced address, whole token)
   --fault                   the program's SIGSEGV handler wrote "misuse: fault at ADDRESS" on
@@ -56,6 +58,7 @@ def main():
     ap.add_argument("--stdout", action="append", default=[])
     ap.add_argument("--env", action="append", default=[])
     ap.add_argument("--count", action="append", default=[])
+    ap.add_argument("--first-frame")
     ap.add_argument("--address", action="store_true")
     ap.add_argument("--fault", action="store_true")
     ap.add_argument("--log")
@@ -121,6 +124,11 @@ def main():
         text, n = spec.rsplit("=", 1)
         if low.count(text.lower()) != int(n):
             failures.append("%r occurs %d times, wanted %s" % (text, low.count(text.lower()), n))
+    if a.first_frame:
+        m = re.search(r"stack of the call:\n\s*#0 (.*)", report)
+        if not m or a.first_frame not in m.group(1):
+            failures.append("the call's stack does not start at %r: %r" %
+                            (a.first_frame, m.group(1) if m else None))
     if a.address:
         addresses = re.findall(r"^misuse: \S+ (0x[0-9a-f]+)", out, re.M)
         if not addresses:
