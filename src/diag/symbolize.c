@@ -6,7 +6,9 @@
  *   1. Symbolising runs inside an error report, on a heap that may be corrupt, so nothing here
  *      allocates: the object file is mapped read-only with mmap(2) (os_map_file) and its ELF
  *      section and symbol tables are read in place; names are demangled into a stack buffer.
- *   2. A frame's object comes from dladdr1 (its path and load bias); its function from the
+ *   2. A frame's object comes from dladdr1 (its path and load bias), or in a fully static
+ *      program, where dladdr knows nothing, from the program headers (dl_iterate_phdr); its
+ *      function from the
  *      object's .symtab, which names static functions too (dladdr knows only exported ones),
  *      else .dynsym, else dladdr's name, else the line shows the object alone. The address
  *      looked up is ip - 1, inside the call instruction, so a call that ends a function is
@@ -77,18 +79,45 @@ static const char *elf_symbol(symfile_t *f, const char *path, uintptr_t bias, ui
   return best;
 }
 
+/* The loaded object that holds an address, found by its program headers. */
+typedef struct phdr_find {
+  uintptr_t addr, bias;
+  const char *path;
+} phdr_find_t;
+
+static int phdr_find_step(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  phdr_find_t *q = arg;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && q->addr >= a && q->addr - a < ph->p_memsz) {
+      q->bias = info->dlpi_addr;
+      q->path = info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name : "/proc/self/exe";
+      return 1;
+    }
+  }
+  return 0;
+}
+
 /* The object and function of return address ip: path (dladdr's, or /proc/self/exe) and the
    mangled name with ip's offset in it (NULL when no table names it); false when no object holds
    ip. */
 static bool frame_lookup(symfile_t *f, uintptr_t ip, const char **path, const char **name,
                          uintptr_t *off, uintptr_t *bias) {
-  Dl_info info;
+  Dl_info info = {0};
   struct link_map *lm = NULL;
-  if (!dladdr1((void *)(ip - 1), &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm) return false;
-  *path = info.dli_fname && info.dli_fname[0] ? info.dli_fname : "/proc/self/exe";
-  *bias = lm->l_addr;
+  if (dladdr1((void *)(ip - 1), &info, (void **)&lm, RTLD_DL_LINKMAP) && lm) {
+    *path = info.dli_fname && info.dli_fname[0] ? info.dli_fname : "/proc/self/exe";
+    *bias = lm->l_addr;
+  } else { /* a fully static program: no dynamic linker to ask */
+    phdr_find_t q = {ip - 1, 0, NULL};
+    if (!dl_iterate_phdr(phdr_find_step, &q)) return false;
+    *path = q.path;
+    *bias = q.bias;
+  }
   *off = 0;
-  *name = elf_symbol(f, *path, lm->l_addr, ip - 1, off);
+  *name = elf_symbol(f, *path, *bias, ip - 1, off);
   if (!*name && info.dli_sname) {
     *name = info.dli_sname;
     *off = ip - 1 - (uintptr_t)info.dli_saddr;
