@@ -8,11 +8,10 @@
  *      section and symbol tables are read in place; names are demangled into a stack buffer.
  *   2. A frame's object comes from dladdr1 (its path and load bias), or in a fully static
  *      program, where dladdr knows nothing, from the program headers (dl_iterate_phdr); its
- *      function from the
- *      object's .symtab, which names static functions too (dladdr knows only exported ones),
- *      else .dynsym, else dladdr's name, else the line shows the object alone. The address
- *      looked up is ip - 1, inside the call instruction, so a call that ends a function is
- *      still attributed to it.
+ *      function from the object's .symtab, which names static functions too (dladdr knows only
+ *      exported ones), else .dynsym, else dladdr's name, else the line shows the object alone.
+ *      The address looked up is ip - 1, inside the call instruction, so a call that ends a
+ *      function is still attributed to it.
  *   3. Limits: 64-bit ELF only; no DWARF, so no file or line numbers; an object without symbol
  *      tables (stripped, no exports) shows its frames by object only. Consecutive frames of one
  * object share one mapping, unmapped when the stack is done.
