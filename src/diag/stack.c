@@ -131,24 +131,6 @@ extern const char __start_magpie_text[] __attribute__((weak, visibility("hidden"
 extern const char __stop_magpie_text[] __attribute__((weak, visibility("hidden")));
 static int self_known; /* atomic: 0 not yet looked up, 1 known */
 
-static int self_range_step(struct dl_phdr_info *info, size_t size, void *arg) {
-  (void)size;
-  uintptr_t target = (uintptr_t)arg, lo = UINTPTR_MAX, hi = 0;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    if (ph->p_type != PT_LOAD) continue;
-    uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-    if (a < lo) lo = a;
-    if (a + ph->p_memsz > hi) hi = a + ph->p_memsz;
-  }
-  if (target < lo || target >= hi) return 0;
-  if (info->dlpi_name && info->dlpi_name[0]) { /* not the executable: skip these frames */
-    self_lo = lo;
-    self_hi = hi;
-  }
-  return 1;
-}
-
 /* The module's dynamic section (link.h): none (0) in a fully static program. */
 #pragma weak _DYNAMIC
 static int stack_started; /* the program's constructors have begun: unwinding works */
@@ -164,7 +146,11 @@ static void self_range(void) {
     self_lo = text_lo;
     self_hi = text_hi;
   } else {
-    dl_iterate_phdr(self_range_step, (void *)(uintptr_t)self_range);
+    symbolize_object_t o; /* where magpie is a shared object, not part of the program */
+    if (symbolize_object_of((uintptr_t)self_range, &o) && o.path[0]) {
+      self_lo = o.lo;
+      self_hi = o.hi;
+    }
   }
   __atomic_store_n(&self_known, 1, __ATOMIC_RELEASE);
 }

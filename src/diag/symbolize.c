@@ -78,25 +78,30 @@ static const char *elf_symbol(symfile_t *f, const char *path, uintptr_t bias, ui
   return best;
 }
 
-/* The loaded object that holds an address, found by its program headers. */
-typedef struct phdr_find {
-  uintptr_t addr, bias;
-  const char *path;
-} phdr_find_t;
+typedef struct object_query {
+  uintptr_t addr;
+  symbolize_object_t *found;
+} object_query_t;
 
-static int phdr_find_step(struct dl_phdr_info *info, size_t size, void *arg) {
+static int object_step(struct dl_phdr_info *info, size_t size, void *arg) {
   (void)size;
-  phdr_find_t *q = arg;
+  object_query_t *q = arg;
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
   for (int i = 0; i < info->dlpi_phnum; i++) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD) continue;
     uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-    if (ph->p_type == PT_LOAD && q->addr >= a && q->addr - a < ph->p_memsz) {
-      q->bias = info->dlpi_addr;
-      q->path = info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name : "/proc/self/exe";
-      return 1;
-    }
+    if (a < lo) lo = a;
+    if (a + ph->p_memsz > hi) hi = a + ph->p_memsz;
   }
-  return 0;
+  if (q->addr < lo || q->addr >= hi) return 0;
+  *q->found = (symbolize_object_t){lo, hi, info->dlpi_addr, info->dlpi_name ? info->dlpi_name : ""};
+  return 1;
+}
+
+bool symbolize_object_of(uintptr_t addr, symbolize_object_t *o) {
+  object_query_t q = {addr, o};
+  return dl_iterate_phdr(object_step, &q) != 0;
 }
 
 /* The object and function of return address ip: path (dladdr's, or /proc/self/exe) and the
@@ -110,10 +115,10 @@ static bool frame_lookup(symfile_t *f, uintptr_t ip, const char **path, const ch
     *path = info.dli_fname && info.dli_fname[0] ? info.dli_fname : "/proc/self/exe";
     *bias = lm->l_addr;
   } else { /* a fully static program: no dynamic linker to ask */
-    phdr_find_t q = {ip - 1, 0, NULL};
-    if (!dl_iterate_phdr(phdr_find_step, &q)) return false;
-    *path = q.path;
-    *bias = q.bias;
+    symbolize_object_t o;
+    if (!symbolize_object_of(ip - 1, &o)) return false;
+    *path = o.path[0] ? o.path : "/proc/self/exe";
+    *bias = o.bias;
   }
   *off = 0;
   *name = elf_symbol(f, *path, *bias, ip - 1, off);

@@ -28,6 +28,14 @@ typedef struct symfile {
 bool symbolize_ip(symfile_t *f, uintptr_t ip, char *name, size_t cap, const char **path);
 void symbolize_end(symfile_t *f);
 
+/* The loaded object that holds address addr, from the program headers (dl_iterate_phdr): the
+   span of its PT_LOAD segments, [lo, hi), its load bias and its path ("" for the program). */
+typedef struct symbolize_object {
+  uintptr_t lo, hi, bias;
+  const char *path;
+} symbolize_object_t;
+bool symbolize_object_of(uintptr_t addr, symbolize_object_t *o);
+
 #ifdef __cplusplus
 }
 #endif
