@@ -170,6 +170,7 @@ mag_t *depot_free_exchange(cache_t *cp, mag_t *give) {
   depot_t *d = &cp->depot;
   depot_lock(d);
   size_t kept = (size_t)d->nfull * d->cap * cp->size;
+  /* the small bound first: below it no clock is read (depot_bound) */
   if (kept >= DEPOT_FULL_BYTES_MAX && kept >= depot_bound(d)) {
     lock_release(&d->lock); /* full enough: the caller gives these objects back to the slabs */
     return give;

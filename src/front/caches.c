@@ -19,11 +19,11 @@
  *      own (a thread of magpie's would surprise them: unshare(CLONE_NEWUSER) needs a
  *      single-threaded process, and glibc's fork is async-signal-safe only in one, fork.c
  *      theory 3), unless the live view asks for it (publish_ms) or option reaper=2 does, nor
- *      does the child of a multithreaded fork; option reaper=0 keeps it away altogether. cache_trim
- * gives back everything free at once; cache_reclaim, after an allocation found no memory, gives
- * back every cached object and wholly free span for one more try. Both take every thread's
- * and CPU's magazines, not only the idle ones': a thread that is busy allocating may hold the
- * free blocks that pin a span.
+ *      does the child of a multithreaded fork; option reaper=0 keeps it away altogether.
+ *      cache_trim gives back everything free at once; cache_reclaim, after an allocation found
+ *      no memory, gives back every cached object and wholly free span for one more try. Both
+ *      take every thread's and CPU's magazines, not only the idle ones': a thread that is busy
+ *      allocating may hold the free blocks that pin a span.
  *   4. Object-cache ids index the threads' slot tables (mag_slots.c); ids are reused after destroy.
  *   Lock order: the one list in fork.c.
  */

@@ -64,37 +64,33 @@ void *retry_nothrow(std::size_t size, std::size_t align) noexcept {
   }
 }
 
-// The slow paths of the plain forms, out of line so that the inlined fast paths stay short.
-__attribute__((noinline)) void *alloc_slow(std::size_t size) {
-  void *p = malloc_slow_kind(size, 0, DEBUG_NEW);
-  return p ? p : retry(size, 0);
+// The slow paths (align 0: the default), out of line so that the inlined fast paths stay short.
+__attribute__((noinline)) void *alloc_slow(std::size_t size, std::size_t align) {
+  void *p = malloc_slow_kind(size, align, DEBUG_NEW);
+  return p ? p : retry(size, align);
 }
 
-__attribute__((noinline)) void *alloc_nothrow_slow(std::size_t size) noexcept {
-  void *p = malloc_slow_kind(size, 0, DEBUG_NEW);
-  return p ? p : retry_nothrow(size, 0);
+__attribute__((noinline)) void *alloc_nothrow_slow(std::size_t size, std::size_t align) noexcept {
+  void *p = malloc_slow_kind(size, align, DEBUG_NEW);
+  return p ? p : retry_nothrow(size, align);
 }
 
 MP_INLINE void *alloc(std::size_t size) {
   void *p = fast_malloc_try(size);
-  return MP_LIKELY(p != nullptr) ? p : alloc_slow(size);
+  return MP_LIKELY(p != nullptr) ? p : alloc_slow(size, 0);
 }
 
 inline void *alloc_aligned(std::size_t size, std::align_val_t align) {
-  std::size_t a = static_cast<std::size_t>(align);
-  void *p = malloc_slow_kind(size, a, DEBUG_NEW);
-  return p ? p : retry(size, a);
+  return alloc_slow(size, static_cast<std::size_t>(align));
 }
 
 MP_INLINE void *alloc_nothrow(std::size_t size) noexcept {
   void *p = fast_malloc_try(size);
-  return MP_LIKELY(p != nullptr) ? p : alloc_nothrow_slow(size);
+  return MP_LIKELY(p != nullptr) ? p : alloc_nothrow_slow(size, 0);
 }
 
 inline void *alloc_aligned_nothrow(std::size_t size, std::align_val_t align) noexcept {
-  std::size_t a = static_cast<std::size_t>(align);
-  void *p = malloc_slow_kind(size, a, DEBUG_NEW);
-  return p ? p : retry_nothrow(size, a);
+  return alloc_nothrow_slow(size, static_cast<std::size_t>(align));
 }
 
 MP_INLINE void release(void *p) noexcept {
