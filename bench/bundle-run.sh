@@ -5,6 +5,8 @@
 #   machine.txt     key=value: CPUs, model, kernel, date, load, how the run ended
 #   allocators.txt  the bundle's allocators (name|library|version)
 #   failures.log    the last lines of stderr of each failed run
+#   stats/          magpie's exit report of each of its runs (MAGPIE_OPTIONS=stats=json), named
+#                   WORKLOAD-tTHREADS-rREP.json: bench/scaling.py tabulates its misses and locks
 # Summarise it anywhere with python3: python3 bench/scaling.py --from-bundle OUTDIR
 #
 #   bundle/run.sh [OUTDIR]    (default $OUT, else bundle/out)
@@ -16,6 +18,7 @@
 #   ALLOCATORS="glibc magpie"    only these allocators
 #   BUDGET_S=500            start no run after this many seconds (results so far are kept)
 #   TIMEOUT_S=60            a run still going after this is killed (recorded as "timeout")
+#   STATS=0                 no exit reports from magpie's runs
 # Each program runs as: ld-linux-x86-64.so.2 --library-path lib [--preload libX.so] bench_prog
 # under bench_rusage (itself run by the bundled ld.so), which gives exit status, wall time and
 # peak RSS. Only shell built-ins are needed besides the bundle (clock: /proc/uptime).
@@ -38,6 +41,7 @@ mkdir -p "$out" || exit 1
 csv=$out/runs.csv
 tmp=$out/.tmp
 mkdir -p "$tmp"
+[ "${STATS:-1}" = 0 ] || mkdir -p "$out/stats"
 
 now() { # whole seconds since boot
   read -r up _ < /proc/uptime
@@ -123,8 +127,12 @@ while [ $rep -le "$REPS" ] && [ "$ended" = complete ]; do
       name=${pair%%|*}
       lib=${pair#*|}
       rm -f "$tmp/stat"
+      mopts= # magpie's counters, written at its exit: the run itself is the same
+      [ "$name" = magpie ] && [ "${STATS:-1}" != 0 ] &&
+        mopts="stats=json,stats_file=$out/stats/$wl-t$t-r$rep.json"
       if [ -n "$lib" ]; then
-        BENCH_TIMEOUT_S=$TIMEOUT_S "$ld" --library-path "$libs" "$here/bench_rusage" "$tmp/stat" \
+        MAGPIE_OPTIONS=$mopts BENCH_TIMEOUT_S=$TIMEOUT_S \
+          "$ld" --library-path "$libs" "$here/bench_rusage" "$tmp/stat" \
           "$ld" --library-path "$libs" --preload "$here/$lib" "$here/$prog" $args \
           > "$tmp/stdout" 2> "$tmp/stderr" < /dev/null
       else

@@ -12,7 +12,8 @@ The checks: the allocators' preloads were verified (magpie's exit report counted
 the CSV has one line per run, each with status 0 and a RESULT line; every cell has a positive
 median rate and peak RSS and no failure; magpie's cells name a best peer; the Markdown has the
 ratio table with a number for each thread count; the SVG parses and has the larson panel with a
-line for each allocator. Exit status 1 with the reasons when one fails."""
+line for each allocator; magpie's exit report of every run was read, with operations, misses and
+a busiest class, and the Markdown has its table. Exit status 1 with the reasons when one fails."""
 
 import csv
 import glob
@@ -64,6 +65,15 @@ def check(json_path, csv_path, svg_path, md_path):
     if not ratio_rows or len([x for x in ratio_rows[0].split("|")[2:4]
                               if x.strip().replace(".", "").isdigit()]) != 2:
         failures.append("no ratio row with two numbers for larson: %s" % ratio_rows)
+    counters = {c["threads"]: c for c in data.get("magpie_counters", [])
+                if c["workload"] == "larson"}
+    for t in THREADS:
+        c = counters.get(t)
+        if c is None or c["runs"] != 1 or c["ops"] <= 0 or c["misses"] <= 0 or \
+                not c["class"] or c["class"]["allocs"] <= 0:
+            failures.append("magpie's exit report of larson at %d threads: %s" % (t, c))
+    if "| larson | 1 | 1 | " not in md or "## magpie's own counters" not in md:
+        failures.append("no table of magpie's own counters in the Markdown")
     root = ET.parse(svg_path).getroot()
     panels = [g for g in root.iter(NS + "g") if g.get("data-workload") == "larson"]
     lines = [p.get("data-allocator") for g in panels for p in g.iter(NS + "polyline")]

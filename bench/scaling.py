@@ -19,6 +19,10 @@ A run that crashes, times out or fails its checks is recorded as such and the ma
 its cell shows "crash k/n" (or "fail"), and medians are of the runs that succeeded.
 Every run, local or bundled, is one line of a CSV file (CSV_FIELDS); the tables, JSON and SVG
 are made from those lines, so a bundle's results read exactly like a local run's.
+magpie's runs also leave its exit report (MAGPIE_OPTIONS=stats=json: counters it keeps anyway,
+written once the program ends) in a folder beside the CSV, named by stats_name; the summary's
+last table reads them: where magpie's slow paths and locks went in each cell, so that a short
+session on a machine lent for minutes brings back the why with the what.
 Standard library only.
 """
 
@@ -29,6 +33,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -70,6 +75,7 @@ WORKLOAD_NAMES = [w[0] for w in WORKLOADS]
 THREADS = [1, 2, 4, 8, 16, 32, 64]
 ALLOCATORS = ["glibc", "magpie", "jemalloc", "tcmalloc", "mimalloc", "mimalloc3"]
 SUBJECT = "magpie"
+LOCKS_SHOWN = 3  # per cell in the table of magpie's own counters
 REPS = 3
 TIMEOUT_S = 120  # a run still going after this is killed and recorded as a timeout
 
@@ -196,15 +202,22 @@ def clean_env():
     return env
 
 
-def run_one(helper, exe, argv, preload, timeout, tmp):
-    """Runs exe under preload through bench_rusage; returns (status, wall_s, maxrss_kib, RESULT
-    line or "", stderr's last lines)."""
+def stats_name(w, t, rep):
+    """The file of magpie's exit report of one run (bench/bundle-run.sh names it alike)."""
+    return "%s-t%d-r%d.json" % (w, t, rep)
+
+
+def run_one(helper, exe, argv, preload, timeout, tmp, stats_file=None):
+    """Runs exe under preload through bench_rusage, magpie's exit report going to stats_file
+    when given; returns (status, wall_s, maxrss_kib, RESULT line or "", stderr's last lines)."""
     fd, stat = tempfile.mkstemp(prefix="rusage-", dir=tmp)
     os.close(fd)
     env = clean_env()
     env["BENCH_TIMEOUT_S"] = str(timeout)
     if preload:
         env["BENCH_CHILD_PRELOAD"] = preload
+    if stats_file:
+        env["MAGPIE_OPTIONS"] = "stats=json,stats_file=" + stats_file
     try:
         p = subprocess.run([helper, stat, exe] + argv, env=env, capture_output=True, text=True,
                            timeout=timeout + 30, start_new_session=True, errors="replace")
@@ -277,7 +290,7 @@ def classify(status, result, rate_key):
         return None, "no %s in its RESULT line" % rate_key
 
 
-def run_matrix(args, allocs, names, threads, csv_path):
+def run_matrix(args, allocs, names, threads, csv_path, stats_dir):
     helper = os.path.join(args.build, "bench", "bench_rusage")
     plan = []
     for rep in range(args.reps):
@@ -307,14 +320,17 @@ def run_matrix(args, allocs, names, threads, csv_path):
         return None
     rows = []
     t0 = time.time()
+    os.makedirs(stats_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="magpie-scaling-") as tmp, \
             open(csv_path, "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(CSV_FIELDS)
         for i, (rep, w, t, (a, lib, _)) in enumerate(plan):
             exe = os.path.join(args.build, "bench", "bench_" + workload(w)[2])
+            report_to = os.path.join(stats_dir, stats_name(w, t, rep + 1)) if a == SUBJECT \
+                else None
             status, wall, rss, result, tail = run_one(helper, exe, argv_of(w, t, args.work), lib,
-                                                      args.timeout, tmp)
+                                                      args.timeout, tmp, report_to)
             row = [rep + 1, w, t, a, status, wall, rss, result]
             out.writerow(row)
             f.flush()
@@ -374,6 +390,67 @@ def summarise(rows):
         c["rss_min_kib"], c["rss_max_kib"] = (min(c["rss_kib"]), max(c["rss_kib"])) \
             if c["rss_kib"] else (None, None)
     return out
+
+
+def magpie_counters(stats_dir):
+    """magpie's exit reports (stats_name files in stats_dir), summed per cell over its runs:
+    [{workload, threads, runs, ops, misses, cpu_misses, class: the busiest size class's figures,
+    locks: the LOCKS_SHOWN locks that waited longest}], in the matrix's order."""
+    cells = {}
+    for name in sorted(os.listdir(stats_dir)) if os.path.isdir(stats_dir) else []:
+        parts = name[:-len(".json")].rsplit("-", 2) if name.endswith(".json") else []
+        if len(parts) != 3 or parts[0] not in WORKLOAD_NAMES or not parts[1][1:].isdigit():
+            continue
+        try:
+            with open(os.path.join(stats_dir, name)) as f:
+                r = json.load(f)
+        except (OSError, ValueError):
+            continue  # a run that crashed may leave none, or half of one
+        c = cells.setdefault((parts[0], int(parts[1][1:])), {
+            "runs": 0, "ops": 0, "misses": 0, "cpu_misses": 0, "classes": {}, "locks": {}})
+        c["runs"] += 1
+        c["ops"] += r.get("allocs", 0) + r.get("frees", 0)
+        c["misses"] += r.get("misses", 0)
+        c["cpu_misses"] += sum(r.get("cpus_misses", []))
+        for k in r.get("classes", []):
+            agg = c["classes"].setdefault(k["size"], {"size": k["size"], "allocs": 0,
+                                                      "depot_exchanges": 0, "mag_rounds": 0})
+            agg["allocs"] += k["allocs"]
+            agg["depot_exchanges"] += k["depot_exchanges"]
+            agg["mag_rounds"] = max(agg["mag_rounds"], k["mag_rounds"])
+        for lk in r.get("locks", []):
+            agg = c["locks"].setdefault(lk["name"], {"name": lk["name"], "acquisitions": 0,
+                                                     "contended": 0, "wait_ns": 0})
+            for f in ("acquisitions", "contended", "wait_ns"):
+                agg[f] += lk[f]
+    out = []
+    for (w, t), c in sorted(cells.items(), key=lambda kv: (WORKLOAD_NAMES.index(kv[0][0]),
+                                                          kv[0][1])):
+        busiest = max(c["classes"].values(), key=lambda k: k["allocs"], default=None)
+        locks = sorted((lk for lk in c["locks"].values() if lk["contended"]),
+                       key=lambda lk: (-lk["wait_ns"], -lk["contended"]))[:LOCKS_SHOWN]
+        out.append({"workload": w, "threads": t, "runs": c["runs"], "ops": c["ops"],
+                    "misses": c["misses"], "cpu_misses": c["cpu_misses"], "class": busiest,
+                    "locks": locks})
+    return out
+
+
+def counters_table(counters):
+    """The Markdown table of magpie_counters' cells, figures per run."""
+    body = []
+    for c in counters:
+        n = c["runs"]
+        k = c["class"]
+        busiest = "%d B: %.0f exchanges/run, %d rounds" % (
+            k["size"], k["depot_exchanges"] / n, k["mag_rounds"]) if k else "-"
+        locks = "; ".join("%s %.1f ms, %d/%d contended" % (
+            lk["name"], lk["wait_ns"] / 1e6 / n, lk["contended"] // n, lk["acquisitions"] // n)
+            for lk in c["locks"]) or "none contended"
+        body.append([c["workload"], str(c["threads"]), str(n),
+                     "%.2f" % (1000.0 * c["misses"] / c["ops"]) if c["ops"] else "-",
+                     "%d" % (c["cpu_misses"] // n), busiest, locks])
+    return md_table(["workload", "threads", "runs", "misses / 1,000 ops", "CPU misses / run",
+                     "busiest class", "locks that waited longest (per run)"], body)
 
 
 def best_peer(stats, w, t, allocs):
@@ -474,6 +551,12 @@ def report(data):
             if any(k[:2] == (w, t) for k in stats):
                 body.append(row)
         out.append(md_table(["threads"] + allocs, body))
+    if data.get("magpie_counters"):
+        out += ["", "## magpie's own counters (its exit reports)", "",
+                "Summed over magpie's runs of each cell, shown per run: misses are operations "
+                "that went past a thread's or CPU's magazines; the busiest class is the one "
+                "with the most allocations; a lock's wait is the time its contended "
+                "acquisitions waited.", "", counters_table(data["magpie_counters"])]
     fails = [(c["workload"], c["threads"], c["allocator"], f) for c in data["cells"]
              for f in c["failures"]]
     if fails:
@@ -585,10 +668,12 @@ def nice_step(v):
 
 # ---- results ----------------------------------------------------------------------------------
 
-def build_data(rows, allocs, skipped, machine, reps, command, note="", preloads_checked=True):
+def build_data(rows, allocs, skipped, machine, reps, command, note="", preloads_checked=True,
+               counters=()):
     stats = summarise(rows)
     return {"mode": "scaling", "machine": machine, "reps": reps, "command": command,
             "note": note, "preloads_checked": preloads_checked,
+            "magpie_counters": list(counters),
             "allocators": [{"name": n, "preload": p, "version": v} for n, p, v in allocs],
             "skipped": [{"name": n, "why": y} for n, y in skipped],
             "workloads": [{"name": w[0], "desc": w[1], "program": "bench_" + w[2],
@@ -629,7 +714,8 @@ def from_bundle(folder, note):
         [(a, None, "?") for a in seen if a not in [x[0] for x in allocs]]
     reps = max([int(r["rep"]) for r in rows] or [0])
     data = build_data(rows, allocs, [], machine, reps, ["--from-bundle", folder], note,
-                      machine.get("preloads") == "ok")
+                      machine.get("preloads") == "ok",
+                      magpie_counters(os.path.join(folder, "stats")))
     save(data, os.path.join(folder, "scaling"), "runs.csv")
     print(report(data))
     return 0
@@ -708,16 +794,18 @@ def main(argv=None):
     os.makedirs(out, exist_ok=True)
     base = os.path.join(out, "scaling-" + datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     machine = machine_description()
-    rows = run_matrix(args, allocs, names, threads, base + ".csv")
+    rows = run_matrix(args, allocs, names, threads, base + ".csv", base + "-stats")
     if rows is None:
         return 0 if args.dry_run else 1
     machine["loadavg_end"] = os.getloadavg()[0]
     data = build_data(rows, allocs, skipped, machine, args.reps, ["--scaling"] +
-                      (argv if argv is not None else sys.argv[1:]), args.note)
+                      (argv if argv is not None else sys.argv[1:]), args.note, True,
+                      magpie_counters(base + "-stats"))
     print()
     print(report(data))
     if args.no_save:
         os.unlink(base + ".csv")
+        shutil.rmtree(base + "-stats", ignore_errors=True)
     else:
         save(data, base)
     # A failed run is a finding, not the harness's failure: exit 0 once the results exist.
