@@ -19,6 +19,8 @@
 #   BUDGET_S=500            start no run after this many seconds (results so far are kept)
 #   TIMEOUT_S=60            a run still going after this is killed (recorded as "timeout")
 #   STATS=0                 no exit reports from magpie's runs
+#   COUNTERS=0              no hardware counters (bench_rusage's BENCH_COUNTERS; where the
+#                           kernel has none, runs.csv says counters=none:ERRNO and goes on)
 # Each program runs as: ld-linux-x86-64.so.2 --library-path lib [--preload libX.so] bench_prog
 # under bench_rusage (itself run by the bundled ld.so), which gives exit status, wall time and
 # peak RSS. Only shell built-ins are needed besides the bundle (clock: /proc/uptime).
@@ -105,7 +107,7 @@ if [ "$preloads" != ok ]; then
   echo "run.sh: the preload check $preloads: nothing run" >&2
   exit 1
 fi
-echo "rep,workload,threads,allocator,status,wall_s,maxrss_kib,result" > "$csv"
+echo "rep,workload,threads,allocator,status,wall_s,maxrss_kib,result,counters" > "$csv"
 : > "$out/failures.log"
 
 ended=complete
@@ -131,16 +133,17 @@ while [ $rep -le "$REPS" ] && [ "$ended" = complete ]; do
       [ "$name" = magpie ] && [ "${STATS:-1}" != 0 ] &&
         mopts="stats=json,stats_file=$out/stats/$wl-t$t-r$rep.json"
       if [ -n "$lib" ]; then
-        MAGPIE_OPTIONS=$mopts BENCH_TIMEOUT_S=$TIMEOUT_S \
+        MAGPIE_OPTIONS=$mopts BENCH_COUNTERS=${COUNTERS:-1} BENCH_TIMEOUT_S=$TIMEOUT_S \
           "$ld" --library-path "$libs" "$here/bench_rusage" "$tmp/stat" \
           "$ld" --library-path "$libs" --preload "$here/$lib" "$here/$prog" $args \
           > "$tmp/stdout" 2> "$tmp/stderr" < /dev/null
       else
-        BENCH_TIMEOUT_S=$TIMEOUT_S "$ld" --library-path "$libs" "$here/bench_rusage" "$tmp/stat" \
+        BENCH_COUNTERS=${COUNTERS:-1} BENCH_TIMEOUT_S=$TIMEOUT_S \
+          "$ld" --library-path "$libs" "$here/bench_rusage" "$tmp/stat" \
           "$ld" --library-path "$libs" "$here/$prog" $args \
           > "$tmp/stdout" 2> "$tmp/stderr" < /dev/null
       fi
-      status=helper-failed wall= rss= timeout=
+      status=helper-failed wall= rss= timeout= counts=
       if [ -s "$tmp/stat" ]; then
         read -r statline < "$tmp/stat"
         for kv in $statline; do
@@ -149,6 +152,8 @@ while [ $rep -le "$REPS" ] && [ "$ended" = complete ]; do
           wall=*) wall=${kv#wall=} ;;
           maxrss_kib=*) rss=${kv#maxrss_kib=} ;;
           timeout=1) timeout=1 ;;
+          utime=* | stime=*) ;;
+          *=*) counts="${counts:+$counts }$kv" ;; # the counters
           esac
         done
       fi
@@ -157,7 +162,7 @@ while [ $rep -le "$REPS" ] && [ "$ended" = complete ]; do
       while IFS= read -r line; do
         case $line in RESULT\ *) result=$line ;; esac
       done < "$tmp/stdout"
-      echo "$rep,$wl,$t,$name,$status,$wall,$rss,$result" >> "$csv"
+      echo "$rep,$wl,$t,$name,$status,$wall,$rss,$result,$counts" >> "$csv"
       runs=$((runs + 1))
       if [ "$status" = 0 ] && [ -n "$result" ]; then
         echo "rep $rep $wl t=$t $name: ${wall}s ${rss}KiB"

@@ -13,7 +13,9 @@ the CSV has one line per run, each with status 0 and a RESULT line; every cell h
 median rate and peak RSS and no failure; magpie's cells name a best peer; the Markdown has the
 ratio table with a number for each thread count; the SVG parses and has the larson panel with a
 line for each allocator; magpie's exit report of every run was read, with operations, misses and
-a busiest class, and the Markdown has its table. Exit status 1 with the reasons when one fails."""
+a busiest class, and the Markdown has its table; every run has its counters (hardware counts,
+or counters=none with the reason), and where any run has a figure per operation the Markdown
+has their table. Exit status 1 with the reasons when one fails."""
 
 import csv
 import glob
@@ -47,6 +49,11 @@ def check(json_path, csv_path, svg_path, md_path):
     for r in rows:
         if r["status"] != "0" or not r["result"].startswith("RESULT larson "):
             failures.append("run %s: status %s, result %r" % (r, r["status"], r["result"]))
+        if "cycles=" not in r["counters"] and "counters=none:" not in r["counters"]:
+            failures.append("run %s: no counters, nor why not" % r)
+    if any(c["per_op"] for c in data["cells"]) and "## Counters per operation" not in \
+            open(md_path).read():
+        failures.append("figures per operation, but no table of them in the Markdown")
     cells = {(c["workload"], c["threads"], c["allocator"]): c for c in data["cells"]}
     for t in THREADS:
         for a in ALLOCS:

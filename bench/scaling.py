@@ -91,9 +91,17 @@ MIMALLOC3_SUBDIR = os.path.join("peers", "mimalloc3")
 MIMALLOC3_LIB = os.path.join("cmeel.prefix", "lib", "libmimalloc.so.3")
 
 # One line per run, written by this file and by bench/bundle-run.sh alike. status: the exit
-# status, -N for signal N, or "timeout"; result: the program's RESULT line.
+# status, -N for signal N, or "timeout"; result: the program's RESULT line; counters: what
+# bench_rusage counted (BENCH_COUNTERS=1: key=value words, or counters=none:ERRNO).
 CSV_FIELDS = ["rep", "workload", "threads", "allocator", "status", "wall_s", "maxrss_kib",
-              "result"]
+              "result", "counters"]
+# The per-operation figures of the counters table: (heading, counter, divided by).
+PER_OP = [("cycles", "cycles", "ops"), ("instructions", "instructions", "ops"),
+          ("IPC", "instructions", "cycles"), ("L1D misses", "l1d_misses", "ops"),
+          ("LLC misses", "llc_misses", "ops"), ("branch misses", "branch_misses", "ops"),
+          ("ordering clears", "clears_memory_ordering", "ops"),
+          ("store-forward blocks", "store_forward_blocks", "ops"),
+          ("CPU ns", "task_clock_ns", "ops")]
 
 COLOURS = {"glibc": "#888888", "magpie": "#d62728", "jemalloc": "#1f77b4",
            "tcmalloc": "#2ca02c", "mimalloc": "#ff7f0e", "mimalloc3": "#9467bd"}
@@ -214,6 +222,7 @@ def run_one(helper, exe, argv, preload, timeout, tmp, stats_file=None):
     os.close(fd)
     env = clean_env()
     env["BENCH_TIMEOUT_S"] = str(timeout)
+    env["BENCH_COUNTERS"] = "1"
     if preload:
         env["BENCH_CHILD_PRELOAD"] = preload
     if stats_file:
@@ -232,7 +241,9 @@ def run_one(helper, exe, argv, preload, timeout, tmp, stats_file=None):
     status = "timeout" if kv.get("timeout") == "1" or "status" not in kv else kv["status"]
     result = next((line for line in reversed(out.splitlines()) if line.startswith("RESULT ")), "")
     tail = " | ".join(err.strip().splitlines()[-3:])
-    return status, kv.get("wall", ""), kv.get("maxrss_kib", ""), result, tail
+    counts = " ".join("%s=%s" % (k, v) for k, v in kv.items()
+                      if k not in ("status", "wall", "utime", "stime", "maxrss_kib", "timeout"))
+    return status, kv.get("wall", ""), kv.get("maxrss_kib", ""), result, tail, counts
 
 
 def check_preloads(build, allocs):
@@ -329,9 +340,9 @@ def run_matrix(args, allocs, names, threads, csv_path, stats_dir):
             exe = os.path.join(args.build, "bench", "bench_" + workload(w)[2])
             report_to = os.path.join(stats_dir, stats_name(w, t, rep + 1)) if a == SUBJECT \
                 else None
-            status, wall, rss, result, tail = run_one(helper, exe, argv_of(w, t, args.work), lib,
-                                                      args.timeout, tmp, report_to)
-            row = [rep + 1, w, t, a, status, wall, rss, result]
+            status, wall, rss, result, tail, counts = run_one(
+                helper, exe, argv_of(w, t, args.work), lib, args.timeout, tmp, report_to)
+            row = [rep + 1, w, t, a, status, wall, rss, result, counts]
             out.writerow(row)
             f.flush()
             rows.append(dict(zip(CSV_FIELDS, map(str, row))))
@@ -371,11 +382,14 @@ def summarise(rows):
     out = {}
     for r in rows:
         key = (r["workload"], int(r["threads"]), r["allocator"])
-        c = out.setdefault(key, {"rates": [], "rss_kib": [], "failures": [], "runs": 0})
+        c = out.setdefault(key, {"rates": [], "rss_kib": [], "failures": [], "runs": 0,
+                                 "per_op": {}})
         c["runs"] += 1
         rate, why = classify(r["status"], r["result"], workload(r["workload"])[4])
         if why is None:
             c["rates"].append(rate)
+            for name, v in per_op(r.get("counters") or "", r["result"], rate).items():
+                c["per_op"].setdefault(name, []).append(v)
             try:
                 c["rss_kib"].append(int(r["maxrss_kib"]))
             except ValueError:
@@ -389,7 +403,23 @@ def summarise(rows):
         c["rss_median_kib"] = statistics.median(c["rss_kib"]) if c["rss_kib"] else None
         c["rss_min_kib"], c["rss_max_kib"] = (min(c["rss_kib"]), max(c["rss_kib"])) \
             if c["rss_kib"] else (None, None)
+        c["per_op"] = {k: statistics.median(v) for k, v in c["per_op"].items()}
     return out
+
+
+def per_op(counters, result, rate):
+    """{heading: figure} of PER_OP for one run: its counts over the operations of its measured
+    phase (rate x the RESULT line's time; the counts cover the whole run, start-up included)."""
+    kv = dict(tok.split("=", 1) for tok in counters.split() if "=" in tok)
+    try:
+        ops = rate * 1e6 * float(dict(tok.split("=", 1) for tok in result.split()[2:]
+                                      if "=" in tok)["time"])
+        counts = {k: float(v) for k, v in kv.items() if k != "counters"}
+    except (KeyError, ValueError):
+        return {}
+    counts["ops"] = ops
+    return {h: counts[num] / counts[den] for h, num, den in PER_OP
+            if num in counts and counts.get(den)}
 
 
 def magpie_counters(stats_dir):
@@ -433,6 +463,32 @@ def magpie_counters(stats_dir):
                     "misses": c["misses"], "cpu_misses": c["cpu_misses"], "class": busiest,
                     "locks": locks})
     return out
+
+
+def counters_report(data, stats, names, threads, allocs):
+    """The Markdown lines of the hardware counters per operation: magpie and the best peer of
+    each cell, medians over their runs; or why there are none."""
+    heads = [h for h, _, _ in PER_OP if any(h in c["per_op"] for c in data["cells"])]
+    if not heads:
+        return []
+    out = ["", "## Counters per operation (medians)", "",
+           "bench_rusage's counts (user space, every thread, the whole run) over the operations "
+           "of the measured phase; CPU ns is the kernel's task clock."]
+    absent = sorted({tok for r in data["runs"] for tok in (r.get("counters") or "").split()
+                     if tok.startswith("counters=none")})
+    if absent:
+        out.append("No hardware counters on this machine (%s): CPU time only." %
+                   ", ".join(absent))
+    body = []
+    for w in names:
+        for t in threads:
+            for a in [SUBJECT, best_peer(stats, w, t, allocs)[0]]:
+                c = stats.get((w, t, a))
+                if c is None or not c["per_op"]:
+                    continue
+                body.append([w, str(t), a] + ["%.3g" % c["per_op"][h] if h in c["per_op"]
+                                              else "-" for h in heads])
+    return out + ["", md_table(["workload", "threads", "allocator"] + heads, body)]
 
 
 def counters_table(counters):
@@ -551,6 +607,7 @@ def report(data):
             if any(k[:2] == (w, t) for k in stats):
                 body.append(row)
         out.append(md_table(["threads"] + allocs, body))
+    out += counters_report(data, stats, names, threads, allocs)
     if data.get("magpie_counters"):
         out += ["", "## magpie's own counters (its exit reports)", "",
                 "Summed over magpie's runs of each cell, shown per run: misses are operations "
