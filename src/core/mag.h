@@ -138,8 +138,9 @@ typedef struct {
   uint64_t large_bytes_requested; /* the part of bytes_requested in large blocks */
   uint64_t threads_live, threads_ever;
 } mag_totals_t;
-/* Statistics of the per-CPU magazines: how many CPUs have them (0: magazines are per thread),
-   and CPU cpu's misses and its lock's counters (added to *lock). */
+/* Statistics of the per-CPU magazines: how many CPUs have them (0: magazines are per thread,
+   or no thread has taken the CPUs' yet), and CPU cpu's misses and its lock's counters (added
+   to *lock). */
 unsigned mag_cpu_count(void);
 void mag_cpu_stats(unsigned cpu, uint64_t *misses, lock_stats_t *lock);
 /* The registry lock's counters, added to *lock. */

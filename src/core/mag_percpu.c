@@ -2,7 +2,10 @@
  * mag_percpu: per-CPU magazines, one record of pairs of malloc's classes per possible CPU
  * (mag_cpu_t, mag.h), for the threads started while threads outnumber the CPUs (the first
  * percpu_threads keep magazines of their own: docs/decisions/per-cpu-magazines.md). Only where
- * glibc registered an rseq area, and never with percpu=0 or under ThreadSanitizer.
+ * glibc registered an rseq area, and never with percpu=0 or under ThreadSanitizer. The records,
+ * a page each, are mapped at start but set up only when the first thread takes them: a process
+ * that never has that many threads touches none of them, however many CPUs the machine may
+ * hold, and its reaps and forks do not walk them.
  *
  * Theory
  *   1. Pop and push are restartable sequences on the CPU's loaded magazine (rseq.h, mag_fast.h),
@@ -46,7 +49,12 @@ _Static_assert(sizeof(mag_cpu_t) == 4096, "rseq.h's sequences find CPU i's recor
 
 ptrdiff_t mag_rseq_area;
 static char *mag_cpus; /* mag_cpu_t[mag_ncpus], or NULL: magazines are per thread */
+#if RSEQ_SUPPORTED
 static unsigned mag_ncpus;
+#endif
+/* The records set up (mag_registry_lock to write; atomic): 0 until the first thread takes
+   per-CPU magazines, then mag_ncpus. Every walk over the CPUs walks this many. */
+static unsigned mag_ncpus_used;
 static bool mag_cpu_fence; /* os_fence_rseq works: idle CPUs' loaded magazines can be taken */
 
 mag_cpu_t *mag_cpu(unsigned cpu) {
@@ -61,17 +69,26 @@ void mag_cpu_init(void) {
 #if RSEQ_SUPPORTED
   unsigned n = os_cpu_possible();
   if (!opt.percpu || !os_rseq_available() || n == 0) return;
-  mag_cpu_t *cpus = os_map(n * sizeof(mag_cpu_t)); /* zeroed: the locks are free */
+  char *cpus = os_map(n * sizeof(mag_cpu_t)); /* zeroed, untouched until mag_cpu_setup */
   if (!cpus) return;
-  for (unsigned i = 0; i < n; i++)
-    for (unsigned c = 0; c <= SC_COUNT; c++)
-      cpus[i].mags[c] = (mag_pair_t)MAG_PAIR_EMPTY;
   mag_rseq_area = os_rseq_offset();
   mag_ncpus = n;
   mag_cpu_fence = os_fence_rseq_register();
-  mag_cpus = (char *)cpus;
+  mag_cpus = cpus;
 #endif
 }
+
+#if RSEQ_SUPPORTED
+/* Gives every CPU's record its sentinel pairs (the locks are free as mapped), once, before the
+   first thread takes them (mag_registry_lock held). */
+static void mag_cpu_setup(void) {
+  if (mag_ncpus_used) return;
+  for (unsigned i = 0; i < mag_ncpus; i++)
+    for (unsigned c = 0; c <= SC_COUNT; c++)
+      mag_cpu(i)->mags[c] = (mag_pair_t)MAG_PAIR_EMPTY;
+  __atomic_store_n(&mag_ncpus_used, mag_ncpus, __ATOMIC_RELEASE); /* the walks see them set */
+}
+#endif
 
 /* Per-CPU magazines go to the threads beyond the first percpu_threads (twice the CPUs by
    default), where the thread has a registered rseq area. */
@@ -79,7 +96,9 @@ char *mag_cpu_for_thread(unsigned live) {
 #if RSEQ_SUPPORTED
   size_t few = opt.percpu_threads ? opt.percpu_threads : 2 * (size_t)os_cpu_count();
   int cpu = mag_cpus && live > few ? rseq_cpu(mag_rseq_area) : -1;
-  if (cpu >= 0 && (unsigned)cpu < mag_ncpus) return mag_cpus;
+  if (cpu < 0 || (unsigned)cpu >= mag_ncpus) return NULL;
+  mag_cpu_setup();
+  return mag_cpus;
 #else
   (void)live;
 #endif
@@ -208,7 +227,7 @@ bool mag_cpu_free_miss(cache_t *cp, unsigned c, void *obj) {
    that CPU that still uses it, after which it is the caller's (theory 4). */
 void mag_cpu_reclaim(bool all) {
   mag_t *loaded[SC_COUNT + 1];
-  for (unsigned i = 0; i < mag_ncpus; i++) {
+  for (unsigned i = 0, n = mag_cpu_count(); i < n; i++) {
     mag_cpu_t *mc = mag_cpu(i);
     lock_acquire(&mc->lock);
     if (all || mc->misses == mc->misses_seen) {
@@ -238,7 +257,7 @@ void mag_cpu_reclaim(bool all) {
 }
 
 unsigned mag_cpu_count(void) {
-  return mag_cpus ? mag_ncpus : 0;
+  return __atomic_load_n(&mag_ncpus_used, __ATOMIC_ACQUIRE);
 }
 
 void mag_cpu_stats(unsigned cpu, uint64_t *misses, lock_stats_t *lock) {
@@ -248,16 +267,16 @@ void mag_cpu_stats(unsigned cpu, uint64_t *misses, lock_stats_t *lock) {
 }
 
 void mag_cpu_lock_all(void) {
-  for (unsigned i = 0; i < mag_ncpus; i++)
+  for (unsigned i = 0, n = mag_cpu_count(); i < n; i++)
     lock_acquire(&mag_cpu(i)->lock);
 }
 
 void mag_cpu_unlock_all(void) {
-  for (unsigned i = 0; i < mag_ncpus; i++)
+  for (unsigned i = 0, n = mag_cpu_count(); i < n; i++)
     lock_release(&mag_cpu(i)->lock);
 }
 
 void mag_cpu_reset_locks(void) {
-  for (unsigned i = 0; i < mag_ncpus; i++)
+  for (unsigned i = 0, n = mag_cpu_count(); i < n; i++)
     lock_init(&mag_cpu(i)->lock);
 }

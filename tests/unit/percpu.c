@@ -1,7 +1,8 @@
 /*
  * The per-CPU magazines (mag_percpu.c, rseq.h), driven through magpie_* and the layers' functions:
  *   - with glibc's rseq area and percpu_threads=1 (set in main), the first thread keeps its
- *     own magazines and every later one uses the CPUs';
+ *     own magazines and every later one uses the CPUs'; the CPUs' records are set up (and
+ *     their pages touched) only when the first of those takes them;
  *   - threads moved between CPUs all the time (a mover thread changes their affinity) while
  *     they allocate, write, hand blocks to each other and free: no block is handed out twice
  *     (each carries its owner's pattern, checked before it is freed), and none is lost (after
@@ -191,6 +192,10 @@ int main(int argc, char **argv) {
                              "MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ)");
   magpie_free(magpie_malloc(1));
   UCHECK(mag_tls->cpus == NULL); /* the first thread: threads do not outnumber CPUs yet */
+  /* so no thread has taken the CPUs' records: mapped, but set up and touched by nobody */
+  UCHECK(mag_cpu_count() == 0);
+  for (unsigned i = 0; i < os_cpu_possible(); i++)
+    UCHECK(!os_resident((uintptr_t)mag_cpu(i), sizeof(mag_cpu_t)));
 
   /* 1. migrating threads: nothing handed out twice, nothing lost */
   pthread_t m;
@@ -200,6 +205,7 @@ int main(int argc, char **argv) {
   UCHECK(pthread_join(m, NULL) == 0);
   for (int i = 0; i < WORKERS; i++)
     UCHECK(pthread_join(workers[i], NULL) == 0);
+  UCHECK(mag_cpu_count() == os_cpu_possible()); /* set up when the first worker took them */
   for (int i = 0; i < SHARED; i++)
     if (shared[i]) unit_block_free(shared[i]);
   UCHECK(unit_total_slabs() > 0); /* the CPUs' magazines and the depots hold the freed blocks */
