@@ -21,10 +21,14 @@
 #   STATS=0                 no exit reports from magpie's runs
 #   COUNTERS=0              no hardware counters (bench_rusage's BENCH_COUNTERS; where the
 #                           kernel has none, runs.csv says counters=none:ERRNO and goes on)
+#   VARIANTS="percpu_threads=1 hugepages=never+retain=0"  magpie again under each of these
+#                           MAGPIE_OPTIONS sets ('+' between the options of one), as the
+#                           allocators magpie[SET], alternating with the others (no exit reports)
 # Each program runs as: ld-linux-x86-64.so.2 --library-path lib [--preload libX.so] bench_prog
 # under bench_rusage (itself run by the bundled ld.so), which gives exit status, wall time and
 # peak RSS. Only shell built-ins are needed besides the bundle (clock: /proc/uptime).
 set -u
+set -f # no pathname expansion: variants' names hold brackets
 case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
 here=$(cd "$here" && pwd)
 if [ ! -e "$here/plan.txt" ] || [ ! -e "$here/allocators.txt" ]; then
@@ -68,15 +72,22 @@ read -r kernel < /proc/sys/kernel/osrelease
 glibc=$("$ld" --version 2>/dev/null | { read -r first; first=${first%.}; echo "${first##* }"; })
 start=$(now)
 
-# The allocators, as "name|library" words, in the bundle's order.
+# The allocators, as "name|library" words, in the bundle's order, then magpie's variants.
 allocs=""
 n_allocs=0
-while IFS='|' read -r name lib _; do
-  member "$name" "${ALLOCATORS:-}" || continue
-  allocs="$allocs $name|$lib"
-  n_allocs=$((n_allocs + 1))
-done < "$here/allocators.txt"
 cp "$here/allocators.txt" "$out/allocators.txt"
+while IFS='|' read -r name lib version; do
+  if member "$name" "${ALLOCATORS:-}"; then
+    allocs="$allocs $name|$lib"
+    n_allocs=$((n_allocs + 1))
+  fi
+  [ "$name" = magpie ] || continue
+  for v in ${VARIANTS:-}; do
+    allocs="$allocs magpie[$v]|$lib"
+    n_allocs=$((n_allocs + 1))
+    echo "magpie[$v]|$lib|$version, MAGPIE_OPTIONS=$v" >> "$out/allocators.txt"
+  done
+done < "$here/allocators.txt"
 
 # Each preload must serve the programs: ld.so only warns when it cannot load one, and the program
 # then runs on glibc's malloc under another allocator's name. magpie must also print its exit
@@ -85,6 +96,7 @@ preloads=ok
 for pair in $allocs; do
   name=${pair%%|*}
   lib=${pair#*|}
+  case $name in "" | magpie\[*) continue ;; esac # a variant's library is magpie's, checked
   [ -n "$lib" ] || continue
   served=no
   MAGPIE_OPTIONS=stats=1 "$ld" --library-path "$libs" --preload "$here/$lib" \
@@ -132,6 +144,24 @@ while [ $rep -le "$REPS" ] && [ "$ended" = complete ]; do
       mopts= # magpie's counters, written at its exit: the run itself is the same
       [ "$name" = magpie ] && [ "${STATS:-1}" != 0 ] &&
         mopts="stats=json,stats_file=$out/stats/$wl-t$t-r$rep.json"
+      case $name in
+      magpie\[*) # its option set, '+' made ','
+        v=${name#magpie[}
+        v=${v%]}
+        while :; do
+          case $v in
+          *+*)
+            mopts="$mopts${v%%+*},"
+            v=${v#*+}
+            ;;
+          *)
+            mopts="$mopts$v"
+            break
+            ;;
+          esac
+        done
+        ;;
+      esac
       if [ -n "$lib" ]; then
         MAGPIE_OPTIONS=$mopts BENCH_COUNTERS=${COUNTERS:-1} BENCH_TIMEOUT_S=$TIMEOUT_S \
           "$ld" --library-path "$libs" "$here/bench_rusage" "$tmp/stat" \

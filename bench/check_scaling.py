@@ -6,7 +6,8 @@
   check_scaling.py bundle BUILD  builds a tiny device bundle (bench/bundle.sh: larson, 1 and 2
                                  threads, a fiftieth of the work, nothing fetched), runs its
                                  runner with a PATH that holds only sh, mkdir, rm, cat and cp (no
-                                 python3), summarises it with scaling.py --from-bundle and checks
+                                 python3) and one variant of magpie's options, summarises it with
+                                 scaling.py --from-bundle and checks
 
 The checks: the allocators' preloads were verified (magpie's exit report counted allocations);
 the CSV has one line per run, each with status 0 and a RESULT line; every cell has a positive
@@ -32,7 +33,7 @@ ALLOCS = ["glibc", "magpie"]
 THREADS = [1, 2]
 
 
-def check(json_path, csv_path, svg_path, md_path):
+def check(json_path, csv_path, svg_path, md_path, allocs=ALLOCS):
     import json
     failures = []
     with open(json_path) as f:
@@ -40,12 +41,12 @@ def check(json_path, csv_path, svg_path, md_path):
     if not data.get("preloads_checked"):
         failures.append("the preloads were not checked")
     names = [a["name"] for a in data["allocators"]]
-    if names != ALLOCS:
-        failures.append("allocators %s, wanted %s" % (names, ALLOCS))
+    if names != allocs:
+        failures.append("allocators %s, wanted %s" % (names, allocs))
     with open(csv_path, newline="") as f:
         rows = list(csv.DictReader(f))
-    if len(rows) != len(ALLOCS) * len(THREADS):
-        failures.append("%d runs in the CSV, wanted %d" % (len(rows), len(ALLOCS) * len(THREADS)))
+    if len(rows) != len(allocs) * len(THREADS):
+        failures.append("%d runs in the CSV, wanted %d" % (len(rows), len(allocs) * len(THREADS)))
     for r in rows:
         if r["status"] != "0" or not r["result"].startswith("RESULT larson "):
             failures.append("run %s: status %s, result %r" % (r, r["status"], r["result"]))
@@ -56,7 +57,7 @@ def check(json_path, csv_path, svg_path, md_path):
         failures.append("figures per operation, but no table of them in the Markdown")
     cells = {(c["workload"], c["threads"], c["allocator"]): c for c in data["cells"]}
     for t in THREADS:
-        for a in ALLOCS:
+        for a in allocs:
             c = cells.get(("larson", t, a))
             if c is None:
                 failures.append("no cell for larson at %d threads under %s" % (t, a))
@@ -84,8 +85,11 @@ def check(json_path, csv_path, svg_path, md_path):
     root = ET.parse(svg_path).getroot()
     panels = [g for g in root.iter(NS + "g") if g.get("data-workload") == "larson"]
     lines = [p.get("data-allocator") for g in panels for p in g.iter(NS + "polyline")]
-    if sorted(lines) != sorted(ALLOCS):
-        failures.append("the SVG's larson panel has lines for %s, wanted %s" % (lines, ALLOCS))
+    if sorted(lines) != sorted(allocs):
+        failures.append("the SVG's larson panel has lines for %s, wanted %s" % (lines, allocs))
+    for v in allocs[len(ALLOCS):]:
+        if not any(line.startswith("| larson, %s | " % v) for line in md.splitlines()):
+            failures.append("no ratio row for the variant %s" % v)
     return failures
 
 
@@ -118,7 +122,12 @@ def bundle_mode(build, tmp):
     os.mkdir(tools)
     for t in ("sh", "mkdir", "rm", "cat", "cp"):
         os.symlink(shutil.which(t), os.path.join(tools, t))
-    env = {"PATH": tools, "REPS": "1", "WORKLOADS": "larson", "ALLOCATORS": " ".join(ALLOCS)}
+    # A variant of two options, the second the file of an exit report: the report written
+    # shows that both reached magpie ('+' made ',').
+    report = os.path.join(tmp, "variant.json")
+    variant = "stats=json+stats_file=" + report
+    env = {"PATH": tools, "REPS": "1", "WORKLOADS": "larson", "ALLOCATORS": " ".join(ALLOCS),
+           "VARIANTS": variant}
     p = subprocess.run(["sh", os.path.join(dest, "run.sh"), out], env=env, capture_output=True,
                        text=True)
     print(p.stdout + p.stderr)
@@ -130,7 +139,11 @@ def bundle_mode(build, tmp):
     if p.returncode != 0:
         return ["scaling.py --from-bundle exited with status %d" % p.returncode]
     base = os.path.join(out, "scaling")
-    return check(base + ".json", os.path.join(out, "runs.csv"), base + ".svg", base + ".md")
+    failures = check(base + ".json", os.path.join(out, "runs.csv"), base + ".svg", base + ".md",
+                     ALLOCS + ["magpie[%s]" % variant])
+    if not os.path.exists(report):
+        failures.append("the variant's options did not reach magpie: no %s" % report)
+    return failures
 
 
 def main():

@@ -103,6 +103,7 @@ PER_OP = [("cycles", "cycles", "ops"), ("instructions", "instructions", "ops"),
           ("store-forward blocks", "store_forward_blocks", "ops"),
           ("CPU ns", "task_clock_ns", "ops")]
 
+VARIANT_COLOURS = ["#e377c2", "#8c564b", "#17becf", "#bcbd22"]
 COLOURS = {"glibc": "#888888", "magpie": "#d62728", "jemalloc": "#1f77b4",
            "tcmalloc": "#2ca02c", "mimalloc": "#ff7f0e", "mimalloc3": "#9467bd"}
 
@@ -509,19 +510,34 @@ def counters_table(counters):
                      "busiest class", "locks that waited longest (per run)"], body)
 
 
+def is_variant(name):
+    """Whether name is magpie under an option set of the bundle's VARIANTS: magpie[SET]."""
+    return name.startswith(SUBJECT + "[")
+
+
+def colour(a, allocs):
+    """The chart's colour of allocator a; variants take VARIANT_COLOURS in turn."""
+    if not is_variant(a):
+        return COLOURS.get(a, "#555")
+    k = [x for x in allocs if is_variant(x)].index(a)
+    return VARIANT_COLOURS[k % len(VARIANT_COLOURS)]
+
+
 def best_peer(stats, w, t, allocs):
-    """(name, median) of the peer with the highest median rate in a cell, or (None, None)."""
+    """(name, median) of the peer with the highest median rate in a cell, or (None, None); no
+    variant of magpie's is a peer."""
     peers = [(stats[(w, t, a)]["median"], a) for a in allocs
-             if a != SUBJECT and (w, t, a) in stats and stats[(w, t, a)]["median"] is not None]
+             if a != SUBJECT and not is_variant(a) and (w, t, a) in stats and
+             stats[(w, t, a)]["median"] is not None]
     if not peers:
         return None, None
     m, a = max(peers)
     return a, m
 
 
-def ratio_text(stats, w, t, allocs):
-    """magpie's median over the best peer's, with any crash of magpie's said first."""
-    s = stats.get((w, t, SUBJECT))
+def ratio_text(stats, w, t, allocs, subject=SUBJECT):
+    """magpie's (or a variant's) median over the best peer's, with any crash said first."""
+    s = stats.get((w, t, subject))
     if s is None:
         return "-"
     peer, pm = best_peer(stats, w, t, allocs)
@@ -573,6 +589,10 @@ def report(data):
         peer = [best_peer(stats, w, t, allocs)[0] for t in threads]
         row.append(", ".join(dict.fromkeys(p for p in peer if p)) or "-")
         body.append(row)
+        for v in [a for a in allocs if is_variant(a)]:
+            body.append(["%s, %s" % (w, v)] + [ratio_text(stats, w, t, allocs, v)
+                                               if (w, t, v) in stats else "-"
+                                               for t in threads] + [""])
     out.append(md_table(["workload"] + ["%d thr" % t for t in threads] + ["best peers"], body))
     for w in names:
         unit = workload(w)[5]
@@ -652,10 +672,11 @@ def draw_svg(data):
                "drawn a little apart); X on the axis: a failed run (crash, timeout)"
                % data["reps"]),
            '<text x="10" y="43" font-size="11">%s</text>' % escape(data.get("note") or "")]
-    for i, a in enumerate(allocs):
+    lx = 10
+    for a in allocs:
         out.append('<rect x="%d" y="51" width="14" height="4" fill="%s"/><text x="%d" y="57" '
-                   'font-size="12">%s</text>' % (10 + 110 * i, COLOURS.get(a, "#555"),
-                                                  28 + 110 * i, escape(a)))
+                   'font-size="12">%s</text>' % (lx, colour(a, allocs), lx + 18, escape(a)))
+        lx += max(110, 30 + 7 * len(a))  # a variant's name is longer
     for n, w in enumerate(names):
         px = MARGIN_L + (n % COLS) * (PANEL_W + GAP_X)
         py = MARGIN_T + (n // COLS) * (PANEL_H + GAP_Y)
@@ -686,7 +707,7 @@ def draw_svg(data):
         out.append('<text x="%d" y="%d" font-size="10" text-anchor="middle">threads</text>' %
                    (px + PANEL_W // 2, py + PANEL_H + 26))
         for n_a, a in enumerate(allocs):
-            col = COLOURS.get(a, "#555")
+            col = colour(a, allocs)
             dx = (n_a - (len(allocs) - 1) / 2) * 3  # whiskers side by side, not on each other
             pts = [(t, stats[(w, t, a)]) for t in ts if (w, t, a) in stats]
             line = [(x(t), y(s["median"])) for t, s in pts if s["median"] is not None]
