@@ -62,11 +62,12 @@ _Static_assert(offsetof(mag_t, n) == 0 && offsetof(mag_t, cap) == 4 &&
 /* At a multiple of 32 bytes GCC folds the classes' offset into the class index, which costs
    the fast path instructions (docs/decisions/percpu-counts-32bit.md). */
 _Static_assert(offsetof(tcache_t, own) % 32 != 0, "keep tcache_t's classes off a 32-byte offset");
+_Static_assert(sizeof(mag_consts_t) == OS_LINE, "the fast path's constants fill one line");
 
 tcache_t tcache_boot = {.own = {[0 ... SC_COUNT] = {MAG_PAIR_EMPTY, {0, 0}}}};
 tcache_t tcache_dead = {.own = {[0 ... SC_COUNT] = {MAG_PAIR_EMPTY, {0, 0}}}};
 __thread tcache_t *mag_tls __attribute__((tls_model("initial-exec"))) = &tcache_boot;
-uintptr_t mag_secret;
+mag_consts_t mag_consts;
 bool mag_magazines_off;
 
 static meta_pool_t tcache_pool = META_POOL(META_LINES(sizeof(tcache_t)));
@@ -353,9 +354,9 @@ void mag_free(unsigned c, void *p) {
   uintptr_t a = (uintptr_t)p;
   if (!sc_is_object_start(c, a))
     report_heap_error("invalid free", p, "interior pointer, not the start of a block");
-  if (*(uintptr_t *)p == (a ^ mag_secret))
+  if (*(uintptr_t *)p == (a ^ mag_consts.secret))
     report_heap_error("double free", p, "block already free");
-  *(uintptr_t *)p = a ^ mag_secret;
+  *(uintptr_t *)p = a ^ mag_consts.secret;
   tcache_t *tc = mag_self();
   mag_fold_cpu_counts(tc, c);
   if (fast_push(tc, c, p)) return; /* counted */

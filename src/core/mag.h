@@ -87,13 +87,18 @@ typedef struct mag_cpu {
 /* &mags[c].loaded */
 #define MAG_CPU_SLOT(c) (offsetof(mag_cpu_t, mags) + (c) * sizeof(mag_pair_t))
 
-extern MAGPIE_HIDDEN ptrdiff_t mag_rseq_area; /* glibc's __rseq_offset, once per-CPU is on */
-
 /* The calling thread's cache: &tcache_boot before its first allocation, &tcache_dead after it
    exited. Both have only empty magazines, so the fast path always misses on them. */
 extern __thread MAGPIE_HIDDEN tcache_t *mag_tls __attribute__((tls_model("initial-exec")));
 extern tcache_t tcache_boot, tcache_dead;
-extern MAGPIE_HIDDEN uintptr_t mag_secret; /* the free marker of block p is p ^ mag_secret */
+/* Written once at bring-up, read by every fast-path call: a line of their own (the type's
+   alignment pads it to one), so that no write to a neighbour (a lock, a count at a thread's
+   start) takes the line out of every CPU's cache. */
+typedef struct mag_consts {
+  uintptr_t secret;    /* the free marker of block p is p ^ secret */
+  ptrdiff_t rseq_area; /* glibc's __rseq_offset, once per-CPU is on */
+} __attribute__((aligned(64))) mag_consts_t;
+extern MAGPIE_HIDDEN mag_consts_t mag_consts;
 /* Set before the first block is served (memcheck mode): every thread stays on tcache_dead, so
    each operation misses and goes straight to the slab layer, where the front sees it. */
 extern bool mag_magazines_off;

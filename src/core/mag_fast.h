@@ -56,7 +56,7 @@ static MP_INLINE void *fast_pop(tcache_t *tc, size_t c) {
   if (tc->cpus) {
     uint32_t *count = &tc->cpu_counts[c].allocs;
     if (!MP_LIKELY(*count >> 31 == 0)) return NULL; /* the slow path folds it (mag.h) */
-    void *p = rseq_pop(tc->cpus + MAG_CPU_SLOT(c), mag_rseq_area);
+    void *p = rseq_pop(tc->cpus + MAG_CPU_SLOT(c), mag_consts.rseq_area);
     if (MP_LIKELY(p != NULL)) STAT_ADD(*count, 1);
     return p;
   }
@@ -85,7 +85,7 @@ static MP_INLINE int fast_push(tcache_t *tc, size_t c, void *p) {
   if (tc->cpus) {
     uint32_t *count = &tc->cpu_counts[c].frees;
     if (!MP_LIKELY(*count >> 31 == 0)) return 0; /* the slow path folds it (mag.h) */
-    int pushed = rseq_push(tc->cpus + MAG_CPU_SLOT(c), mag_rseq_area, p);
+    int pushed = rseq_push(tc->cpus + MAG_CPU_SLOT(c), mag_consts.rseq_area, p);
     if (MP_LIKELY(pushed)) STAT_ADD(*count, 1);
     return pushed;
   }

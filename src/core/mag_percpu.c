@@ -47,7 +47,6 @@ _Static_assert(sizeof(mag_cpu_t) == 4096, "rseq.h's sequences find CPU i's recor
 
 #define MAG_SPREAD_MAX 64 /* rounds of a CPU's refill that mag_cpu_spread_lines orders */
 
-ptrdiff_t mag_rseq_area;
 static char *mag_cpus; /* mag_cpu_t[mag_ncpus], or NULL: magazines are per thread */
 #if RSEQ_SUPPORTED
 static unsigned mag_ncpus;
@@ -71,7 +70,7 @@ void mag_cpu_init(void) {
   if (!opt.percpu || !os_rseq_available() || n == 0) return;
   char *cpus = os_map(n * sizeof(mag_cpu_t)); /* zeroed, untouched until mag_cpu_setup */
   if (!cpus) return;
-  mag_rseq_area = os_rseq_offset();
+  mag_consts.rseq_area = os_rseq_offset();
   mag_ncpus = n;
   mag_cpu_fence = os_fence_rseq_register();
   mag_cpus = cpus;
@@ -95,7 +94,7 @@ static void mag_cpu_setup(void) {
 char *mag_cpu_for_thread(unsigned live) {
 #if RSEQ_SUPPORTED
   size_t few = opt.percpu_threads ? opt.percpu_threads : 2 * (size_t)os_cpu_count();
-  int cpu = mag_cpus && live > few ? rseq_cpu(mag_rseq_area) : -1;
+  int cpu = mag_cpus && live > few ? rseq_cpu(mag_consts.rseq_area) : -1;
   if (cpu < 0 || (unsigned)cpu >= mag_ncpus) return NULL;
   mag_cpu_setup();
   return mag_cpus;
@@ -134,7 +133,7 @@ void mag_cpu_spread_lines(void **rounds, uint32_t n) {
 /* Takes the lock of the CPU the thread runs on (it may move away while it holds it:
    mag_cpu_install checks). */
 static mag_cpu_t *mag_cpu_lock(unsigned *cpu) {
-  *cpu = (unsigned)rseq_cpu(mag_rseq_area);
+  *cpu = (unsigned)rseq_cpu(mag_consts.rseq_area);
   mag_cpu_t *mc = mag_cpu(*cpu);
   lock_acquire(&mc->lock);
   INJECT(INJECT_CPU_LOCKED);
@@ -163,7 +162,7 @@ static void mag_cpu_install(mag_cpu_t *mc, unsigned cpu, unsigned c, const mag_p
   } else if (slot->loaded == &mag_empty) {
     __atomic_store_n(&slot->loaded, t->loaded, __ATOMIC_RELEASE); /* its rounds first */
     slot->prev = t->prev;
-  } else if (rseq_store_on(cpu, (void **)&slot->loaded, t->loaded, mag_rseq_area)) {
+  } else if (rseq_store_on(cpu, (void **)&slot->loaded, t->loaded, mag_consts.rseq_area)) {
     slot->prev = t->prev;
   } else {
     slot->prev = t->loaded;

@@ -193,7 +193,7 @@ static void slab_unhollow(cache_t *cp, slab_t *s, uintptr_t obj) {
          k++)
       if (s->map[k / 64] >> k % 64 & 1) {
         uintptr_t a = s->base + k * size;
-        *(uintptr_t *)a = a ^ mag_secret; /* the free marker (mag.h) */
+        *(uintptr_t *)a = a ^ mag_consts.secret; /* the free marker (mag.h) */
       }
     s->hollow &= ~((uint64_t)1 << i);
     __atomic_sub_fetch(&slab_hollow_bytes, chunk, __ATOMIC_RELAXED);

@@ -92,7 +92,7 @@ void *malloc_slow_kind(size_t size, size_t align, int kind) {
 }
 
 __attribute__((noreturn)) static void bad_pointer(const char *what, void *p, uintptr_t e) {
-  uintptr_t tag = e & PM_TAG_MASK, freed = (uintptr_t)p ^ mag_secret;
+  uintptr_t tag = e & PM_TAG_MASK, freed = (uintptr_t)p ^ mag_consts.secret;
   uintptr_t freed_tag = pagemap_get(freed) & PM_TAG_MASK;
   if (tag == 0 && freed_tag >= 1 && freed_tag <= SC_COUNT && *(uintptr_t *)freed == (uintptr_t)p)
     report_heap_error(what, p,
@@ -149,7 +149,7 @@ static bool block_live(void *p, uintptr_t entry, size_t *size) {
   uintptr_t a = (uintptr_t)p, tag = entry & PM_TAG_MASK;
   if (tag >= 1 && tag <= SC_COUNT) {
     *size = sc_info[tag].size;
-    return sc_is_object_start((unsigned)tag, a) && *(uintptr_t *)p != (a ^ mag_secret);
+    return sc_is_object_start((unsigned)tag, a) && *(uintptr_t *)p != (a ^ mag_consts.secret);
   }
   if (tag == PM_TAG_LARGE && (a & (OS_PAGE - 1)) == 0) {
     *size = large_size(entry);

@@ -11,7 +11,7 @@
  * Anything else - both magazines empty or full, a first call, a large block, a bad pointer -
  * takes one predictable branch to the out-of-line slow path. No lock, no atomic RMW.
  *
- * The free marker: a freed block's first word holds (its address ^ mag_secret); malloc
+ * The free marker: a freed block's first word holds (its address ^ mag_consts.secret); malloc
  * clears it. Seeing it on free means the block is already free: a double free.
  *
  * C++ sized delete (cxx.cc) takes the class and its object-start test from the size it is
@@ -64,7 +64,7 @@ static inline void *fast_malloc(size_t size) {
 }
 
 /* Pushes p, an object start of class c, onto the thread's magazine unless it is already free
-   (its first word is marker, p ^ mag_secret: the callers load the secret before their
+   (its first word is marker, p ^ mag_consts.secret: the callers load the secret before their
    object-start test, so that the two run side by side); or returns 0: the caller takes a slow
    path, which checks it all again. */
 static MP_INLINE int fast_free_start_try(void *p, unsigned c, uintptr_t marker) {
@@ -80,7 +80,7 @@ static MP_INLINE int fast_free_start_try(void *p, unsigned c, uintptr_t marker) 
    is no class (0: not magpie's; a large, sampled or profiled block's) fails the object-start
    check (sizeclass.h), which so tests the tag too. */
 static MP_INLINE int fast_free_try(void *p) {
-  uintptr_t a = (uintptr_t)p, marker = a ^ mag_secret;
+  uintptr_t a = (uintptr_t)p, marker = a ^ mag_consts.secret;
   unsigned c = (unsigned)(pagemap_get(a) & PM_TAG_MASK);
   return sc_is_object_start(c, a) && fast_free_start_try(p, c, marker);
 }
@@ -89,7 +89,7 @@ static MP_INLINE int fast_free_try(void *p) {
    size where sc_sized vouches for it, else from the page map. A page-aligned block (and NULL)
    takes the page map's way: it may be a heap-profiler sample, a whole page with no class. */
 static MP_INLINE int fast_free_sized_try(void *p, size_t size) {
-  uintptr_t a = (uintptr_t)p, marker = a ^ mag_secret;
+  uintptr_t a = (uintptr_t)p, marker = a ^ mag_consts.secret;
   if (MP_LIKELY(size <= SC_LOOKUP_MAX && (a & (OS_PAGE - 1)) != 0)) {
     /* &sc_sized[(size + 15) >> 4], rounded in one step: the table is 16-byte aligned */
     const sc_sized_t *s = (const sc_sized_t *)(((uintptr_t)sc_sized + size + 15) & ~(uintptr_t)15);
