@@ -467,8 +467,8 @@ def magpie_counters(stats_dir):
 
 
 def counters_report(data, stats, names, threads, allocs):
-    """The Markdown lines of the hardware counters per operation: magpie and the best peer of
-    each cell, medians over their runs; or why there are none."""
+    """The Markdown lines of the hardware counters per operation: magpie, its variants and the
+    best peer of each cell, medians over their runs; or why there are none."""
     heads = [h for h, _, _ in PER_OP if any(h in c["per_op"] for c in data["cells"])]
     if not heads:
         return []
@@ -483,7 +483,8 @@ def counters_report(data, stats, names, threads, allocs):
     body = []
     for w in names:
         for t in threads:
-            for a in [SUBJECT, best_peer(stats, w, t, allocs)[0]]:
+            for a in [SUBJECT] + [v for v in allocs if is_variant(v)] + \
+                    [best_peer(stats, w, t, allocs)[0]]:
                 c = stats.get((w, t, a))
                 if c is None or not c["per_op"]:
                     continue
