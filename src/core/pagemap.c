@@ -2,6 +2,8 @@
 #include "pagemap.h"
 
 uintptr_t *pagemap_root[(size_t)1 << PM_ROOT_BITS];
+pagemap_hot_t pagemap_hot = {.root = UINTPTR_MAX}; /* no address's root index */
+static bool pagemap_hot_claimed;                   /* (atomic) */
 
 static uintptr_t *pagemap_leaf(uintptr_t addr) {
   uintptr_t **slot = &pagemap_root[addr >> (47 - PM_ROOT_BITS)];
@@ -16,13 +18,25 @@ static uintptr_t *pagemap_leaf(uintptr_t addr) {
   return leaf;
 }
 
+/* Makes the leaf of root index root the hot one, if none is yet (theory in pagemap.h). */
+static void pagemap_hot_claim(uintptr_t root, uintptr_t *leaf) {
+  if (__atomic_load_n(&pagemap_hot_claimed, __ATOMIC_RELAXED) ||
+      __atomic_exchange_n(&pagemap_hot_claimed, true, __ATOMIC_ACQ_REL))
+    return;
+  __atomic_store_n(&pagemap_hot.leaf, leaf, __ATOMIC_RELAXED);
+  __atomic_store_n(&pagemap_hot.root, root, __ATOMIC_RELEASE); /* after its leaf */
+}
+
 bool pagemap_set(uintptr_t addr, size_t size, uintptr_t value) {
+  uintptr_t tag = value & PM_TAG_MASK;
   for (uintptr_t a = addr; a < addr + size; a += OS_PAGE) {
     if (a >> 47) return false;
     uintptr_t *leaf = pagemap_leaf(a);
     if (!leaf) return false;
     __atomic_store_n(&leaf[(a >> OS_PAGE_SHIFT) & (((uintptr_t)1 << PM_LEAF_BITS) - 1)], value,
                      __ATOMIC_RELAXED);
+    if (a == addr && tag != 0 && tag < PM_TAG_PROFILED) /* a malloc slab's first page */
+      pagemap_hot_claim(a >> (47 - PM_ROOT_BITS), leaf);
   }
   return true;
 }

@@ -8,7 +8,7 @@
  *      with an
  *      out-of-band descriptor (from a metadata pool): user data never neighbours metadata.
  *      Every page of the span maps to the descriptor in the page map, tagged with the cache's
- *      size class, so free() finds an object's class in two loads.
+ *      size class, so free() finds an object's class in two loads (one in the hot leaf's GiB).
  *   2. Objects are carved lazily: [0, carved) have been handed out at least once, the rest were
  *      never touched, so a fresh slab costs no page faults until used. Returned objects are
  *      marked in the descriptor's bitmap, not linked through themselves: a refill then takes

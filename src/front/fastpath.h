@@ -4,8 +4,9 @@
  * malloc (size <= 256 KiB): the class (one table load up to 32 KiB, a few instructions above),
  * then pop from the loaded magazine: the CPU's, in a restartable sequence (rseq.h), or the
  * thread's own where per-CPU magazines are off (mag_percpu.c says when).
- * free: two page-map loads give the class; the pointer must be an object start (one multiply)
- * and must not carry the free marker (one load); push onto the loaded magazine.
+ * free: the page map gives the class (one load where the hot leaf covers the block, two
+ * elsewhere: pagemap.h); the pointer must be an object start (one multiply) and must not
+ * carry the free marker (one load); push onto the loaded magazine.
  * A thread's own loaded magazine that runs out (fills up) trades places with the previous one
  * right here when that one has rounds (room).
  * Anything else - both magazines empty or full, a first call, a large block, a bad pointer -

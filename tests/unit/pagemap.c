@@ -1,13 +1,21 @@
 /* The page map: entries set over a range read back page by page, across leaf boundaries,
-   and addresses magpie never mapped (or beyond 47 bits) read as 0. */
+   and addresses magpie never mapped (or beyond 47 bits) read as 0; the hot leaf is the first
+   malloc slab's (not a large block's, set before it), never changes after, and reads the same
+   as through the root. */
 #include "pagemap.h"
 #include "unit.h"
 
 int main(void) {
   uintptr_t leaf_edge = (uintptr_t)1 << 40; /* a 1 GiB boundary: two leaves */
-  uintptr_t start = leaf_edge - 4 * OS_PAGE;
+  uintptr_t start = leaf_edge - 4 * OS_PAGE, large = (uintptr_t)1 << 41;
+  UCHECK(pagemap_hot.root == UINTPTR_MAX && pagemap_hot.leaf == NULL);
+  UCHECK(pagemap_set(large, OS_PAGE, 3 << 7 | PM_TAG_LARGE)); /* no slab: claims nothing */
+  UCHECK(pagemap_hot.root == UINTPTR_MAX && pagemap_get(large) == (3 << 7 | PM_TAG_LARGE));
   UCHECK(pagemap_get(start) == 0);
   UCHECK(pagemap_set(start, 8 * OS_PAGE, 0x1280 | 5));
+  UCHECK(pagemap_hot.root == start >> 30 && pagemap_hot.leaf == pagemap_root[start >> 30]);
+  UCHECK(pagemap_set(large + OS_PAGE, OS_PAGE, 0x1300 | 7)); /* a later slab: the hot one stays */
+  UCHECK(pagemap_hot.root == start >> 30 && pagemap_get(large + OS_PAGE) == (0x1300 | 7));
   for (uintptr_t a = start; a < start + 8 * OS_PAGE; a += 512)
     UCHECK(pagemap_get(a) == (0x1280 | 5));
   UCHECK(pagemap_get(start - 1) == 0);
