@@ -17,6 +17,7 @@
 #include "cache.h"
 #include "depot.h"
 #include "options.h"
+#include "os.h"
 #include "sizeclass.h"
 
 #include <string.h>
@@ -26,7 +27,10 @@ _Static_assert(OPT_MAG_ROUNDS_MAX == MAG_CAP_MAX, "mag_rounds' range is the maga
 #define MAG_BYTES_START ((size_t)8 << 10) /* objects in a first magazine, in 32..64 rounds */
 #define MAG_BYTES_MAX ((size_t)256 << 10) /* but no more than this (2 rounds at least) */
 
-cache_t malloc_caches[SC_COUNT + 1];
+/* Line-aligned, and each cache a whole number of lines: one class's depot, written at every
+   exchange, never shares a line with the next class's read-only head. */
+cache_t malloc_caches[SC_COUNT + 1] __attribute__((aligned(OS_LINE)));
+_Static_assert(sizeof(cache_t) % OS_LINE == 0, "a cache is a whole number of lines");
 
 static uint32_t pow2_floor(size_t v) {
   return v ? (uint32_t)1 << (63 - __builtin_clzl(v)) : 0;
