@@ -78,7 +78,7 @@ tcache_t mag_registry = {.next = &mag_registry, .prev = &mag_registry};
 /* Counts of exited threads, and those folded out of live threads' 32-bit per-CPU-layout counts
    (mag_registry_lock). */
 static mag_totals_t mag_folded;
-static unsigned mag_threads_live; /* threads with a tcache (mag_registry_lock) */
+static unsigned mag_threads_live; /* threads with a tcache, or making one (mag_registry_lock) */
 
 static void mag_no_hook(void) {}
 
@@ -115,22 +115,29 @@ void mag_init(void) {
     report_fatal("no pthread key for thread exit", NULL, 0);
 }
 
-/* Makes the calling thread's tcache; falls back to tcache_dead when memory is exhausted. */
+/* Makes the calling thread's tcache; falls back to tcache_dead when memory is exhausted. The
+   registry lock is held twice, briefly: to count the thread and choose its magazines, then to
+   link the tcache in. Making it (a metadata allocation that may map memory, clearing a few
+   KiB) happens between, so that threads starting together, or a starting thread preempted,
+   do not hold up every other thread's start, exit and the reaper. */
 static tcache_t *mag_thread_start(void) {
   lock_acquire(&mag_registry_lock);
-  char *cpus = mag_cpu_for_thread(mag_threads_live + 1);
+  char *cpus = mag_cpu_for_thread(++mag_threads_live);
+  lock_release(&mag_registry_lock);
   tcache_t *tc = meta_alloc(cpus ? &tcache_cpu_pool : &tcache_pool);
   if (!tc) {
+    lock_acquire(&mag_registry_lock);
+    mag_threads_live--;
     lock_release(&mag_registry_lock);
     return mag_tls = &tcache_dead;
   }
-  mag_threads_live++;
   tc->cpus = cpus;
   for (unsigned c = 0; c <= SC_COUNT && !cpus; c++)
     tc->own[c].mags = (mag_pair_t)MAG_PAIR_EMPTY;
   tc->sample_left = mag_sample_countdown();
   tc->stack = (uintptr_t)__builtin_frame_address(0);
   tc->tid = os_thread_id();
+  lock_acquire(&mag_registry_lock);
   tc->next = mag_registry.next;
   tc->prev = &mag_registry;
   mag_registry.next->prev = tc;
