@@ -31,21 +31,35 @@
 #define HELD_BYTES (48u << 20) /* more than magpie's background-thread threshold */
 #define HELD_BLOCK 8192
 #define SLOTS 512
-#define TICK_US 2000   /* well above a fork and wait, so the program itself runs between ticks */
+#define TICK_US 2000   /* forks land in the program's own code often */
 #define DEADLINE_S 100 /* a run still going then has deadlocked */
 #define PROGRAM_FORK_EVERY 256 /* loop turns between the program's own forks */
 
 static volatile sig_atomic_t forks_done, fork_failures;
+static struct timespec last_end; /* when the handler's last fork and wait ended */
+static long last_ns;             /* how long they took */
 
+static long ns_between(struct timespec a, struct timespec b) {
+  return (b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec);
+}
+
+/* A tick whose program has not run for half as long as the last fork and wait took forks
+   nothing: on a loaded machine those can take longer than TICK_US, and a handler that forks at
+   every tick then runs again as soon as it returns, starving the program until the deadline. */
 static void on_tick(int sig) {
   (void)sig;
   int saved = errno;
+  struct timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  if (ns_between(last_end, start) < last_ns / 2) return;
   pid_t pid = fork();
   if (pid == 0) _exit(0);
   if (pid < 0)
     fork_failures++;
   else if (waitpid(pid, NULL, 0) == pid)
     forks_done++;
+  clock_gettime(CLOCK_MONOTONIC, &last_end);
+  last_ns = ns_between(start, last_end);
   errno = saved;
 }
 
