@@ -264,9 +264,9 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
     unsigned before = got;
     got = slab_take(cp, s, out, got, n, run && cp->per_slab - s->carved >= n - got);
     s->used += got - before;
-    cp->slab_objects_out += got - before; /* counted before the lock may be let go */
     if (!s->nfree && s->carved == cp->per_slab) slab_unlist(cp, s);
   }
+  cp->slab_objects_out += got;
   lock_release(&cp->slab_lock);
   if (san_poisons()) /* a sanitized program's objects are poisoned while here (san_hooks.h) */
     for (unsigned i = 0; i < got; i++)
