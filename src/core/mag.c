@@ -508,13 +508,15 @@ size_t mag_thread_stacks(uintptr_t *stacks, uint32_t *tids, size_t max) {
   return n;
 }
 
+/* The registry lock, held from prepare to parent, keeps the CPUs' records from being set up
+   in between: the count locked is the count unlocked. */
 void mag_fork_prepare(void) {
   lock_acquire(&mag_registry_lock);
-  mag_cpu_lock_all();
+  (void)mag_cpu_lock_all();
 }
 
 void mag_fork_parent(void) {
-  mag_cpu_unlock_all();
+  mag_cpu_unlock_all(mag_cpu_count());
   lock_release(&mag_registry_lock);
 }
 

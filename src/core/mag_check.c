@@ -84,8 +84,8 @@ void mag_check(void) {
   lock_release(&mag_registry_lock);
 
   if (own) lock_acquire(&self->lock);
-  mag_cpu_lock_all();
-  size_t mags = 2 * (SC_COUNT + 1) * (mag_cpu_count() + 1); /* the pairs, then the lists */
+  unsigned ncpus = mag_cpu_lock_all();            /* records set up after this are not checked */
+  size_t mags = 2 * (SC_COUNT + 1) * (ncpus + 1); /* the pairs, then the lists */
   for (unsigned c = 1; c <= SC_COUNT; c++) {
     lock_acquire(&malloc_caches[c].depot.lock);
     mags += malloc_caches[c].depot.nfull + malloc_caches[c].depot.nempty;
@@ -95,7 +95,7 @@ void mag_check(void) {
     cap *= 2;
   mag_seen_t seen = {os_map(cap * sizeof(mag_t *)), cap - 1};
   if (!seen.slot) report_fatal("magazine layer: no memory to check it", NULL, cap);
-  for (unsigned i = 0; i < mag_cpu_count(); i++)
+  for (unsigned i = 0; i < ncpus; i++)
     for (unsigned c = 1; c <= SC_COUNT; c++)
       mag_check_pair(&seen, &mag_cpu(i)->mags[c]);
   for (unsigned c = 1; c <= SC_COUNT && own; c++)
@@ -104,7 +104,7 @@ void mag_check(void) {
     mag_check_depot(&seen, &malloc_caches[c]);
   for (unsigned c = SC_COUNT; c >= 1; c--)
     lock_release(&malloc_caches[c].depot.lock);
-  mag_cpu_unlock_all();
+  mag_cpu_unlock_all(ncpus);
   if (own) lock_release(&self->lock);
   os_unmap(seen.slot, cap * sizeof(mag_t *));
 }

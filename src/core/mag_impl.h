@@ -67,8 +67,10 @@ bool mag_cpu_free_miss(cache_t *cp, unsigned c, void *obj);
 /* Gives the magazines of CPUs that have not missed since the last call (all: of every CPU) to
    the depots. */
 void mag_cpu_reclaim(bool all);
-void mag_cpu_lock_all(void);
-void mag_cpu_unlock_all(void);
+/* Locks the CPUs' records set up so far and returns how many; unlocks that many. Records may be
+   set up in between (mag_registry_lock), so the count goes from one to the other. */
+unsigned mag_cpu_lock_all(void);
+void mag_cpu_unlock_all(unsigned n);
 void mag_cpu_reset_locks(void); /* in a fork's child */
 
 /* mag_slots.c: gives a thread's object-cache magazines to the depots (mag_registry_lock held)

@@ -265,13 +265,15 @@ void mag_cpu_stats(unsigned cpu, uint64_t *misses, lock_stats_t *lock) {
   lock_stats_add(lock, &mc->lock);
 }
 
-void mag_cpu_lock_all(void) {
-  for (unsigned i = 0, n = mag_cpu_count(); i < n; i++)
+unsigned mag_cpu_lock_all(void) {
+  unsigned n = mag_cpu_count();
+  for (unsigned i = 0; i < n; i++)
     lock_acquire(&mag_cpu(i)->lock);
+  return n;
 }
 
-void mag_cpu_unlock_all(void) {
-  for (unsigned i = 0, n = mag_cpu_count(); i < n; i++)
+void mag_cpu_unlock_all(unsigned n) {
+  for (unsigned i = 0; i < n; i++)
     lock_release(&mag_cpu(i)->lock);
 }
 
