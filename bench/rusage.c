@@ -64,11 +64,12 @@ static void on_alarm(int sig) {
   (PERF_COUNT_HW_CACHE_L1D | PERF_COUNT_HW_CACHE_OP_READ << 8 |                                   \
    PERF_COUNT_HW_CACHE_RESULT_MISS << 16)
 
+/* A raw event (PERF_TYPE_RAW) is Intel's, counted on Intel processors only, with config on Ice
+   Lake and later and config_skylake on Skylake and the cores before it. */
 typedef struct {
   const char *name;
   uint32_t type;
-  uint64_t config;
-  int intel_only; /* a raw event of Intel's; the store-forward umask moved after Skylake */
+  uint64_t config, config_skylake;
 } counter_t;
 
 static const counter_t counters[] = {
@@ -77,8 +78,8 @@ static const counter_t counters[] = {
     {"l1d_misses", PERF_TYPE_HW_CACHE, L1D_READ_MISS, 0},
     {"llc_misses", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_MISSES, 0},
     {"branch_misses", PERF_TYPE_HARDWARE, PERF_COUNT_HW_BRANCH_MISSES, 0},
-    {"clears_memory_ordering", PERF_TYPE_RAW, 0x02c3, 1}, /* MACHINE_CLEARS.MEMORY_ORDERING */
-    {"store_forward_blocks", PERF_TYPE_RAW, 0x8203, 1},   /* LD_BLOCKS.STORE_FORWARD */
+    {"clears_memory_ordering", PERF_TYPE_RAW, 0x02c3, 0x02c3}, /* MACHINE_CLEARS.MEMORY_ORDERING */
+    {"store_forward_blocks", PERF_TYPE_RAW, 0x8203, 0x0203},   /* LD_BLOCKS.STORE_FORWARD */
     {"task_clock_ns", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK, 0}, /* CPU time, any kernel */
 };
 #define COUNTERS (sizeof counters / sizeof counters[0])
@@ -97,12 +98,9 @@ static int intel_model(void) {
   return intel ? model : -1;
 }
 
-/* Skylake and the cores before it (and its client refreshes) count blocked store forwards
-   with umask 0x02; Ice Lake and later with 0x82. */
-static uint64_t intel_raw(const counter_t *c, int model) {
-  bool skylake_or_older = model <= 0x5e || model == 0x8e || model == 0x9e || model == 0xa5 ||
-                          model == 0xa6;
-  return c->config == 0x8203 && skylake_or_older ? 0x0203 : c->config;
+/* Whether Intel model model is Skylake, one of its client refreshes or an older core. */
+static bool skylake_or_older(int model) {
+  return model <= 0x5e || model == 0x8e || model == 0x9e || model == 0xa5 || model == 0xa6;
 }
 
 /* Opens the counters on process pid (waiting before its exec), to start at the exec; fds[i] is
@@ -110,13 +108,14 @@ static uint64_t intel_raw(const counter_t *c, int model) {
 static int counters_open(pid_t pid, int *fds) {
   int model = intel_model(), err = 0;
   for (size_t i = 0; i < COUNTERS; i++) {
+    bool raw = counters[i].type == PERF_TYPE_RAW;
     fds[i] = -1;
-    if (counters[i].intel_only && model < 0) continue;
+    if (raw && model < 0) continue;
     struct perf_event_attr a;
     memset(&a, 0, sizeof a);
     a.size = sizeof a;
     a.type = counters[i].type;
-    a.config = counters[i].intel_only ? intel_raw(&counters[i], model) : counters[i].config;
+    a.config = raw && skylake_or_older(model) ? counters[i].config_skylake : counters[i].config;
     a.disabled = 1;
     a.enable_on_exec = 1;
     a.inherit = 1; /* the threads it starts */

@@ -211,6 +211,11 @@ def clean_env():
     return env
 
 
+def kv_words(text):
+    """{key: value} of the key=value words of a line (bench_rusage's, a RESULT line's)."""
+    return dict(tok.split("=", 1) for tok in text.split() if "=" in tok)
+
+
 def stats_name(w, t, rep):
     """The file of magpie's exit report of one run (bench/bundle-run.sh names it alike)."""
     return "%s-t%d-r%d.json" % (w, t, rep)
@@ -237,7 +242,7 @@ def run_one(helper, exe, argv, preload, timeout, tmp, stats_file=None):
             (e.stdout or "")
         err = "the helper itself did not return"
     with open(stat) as f:
-        kv = dict(tok.split("=", 1) for tok in f.read().split() if "=" in tok)
+        kv = kv_words(f.read())
     os.unlink(stat)
     status = "timeout" if kv.get("timeout") == "1" or "status" not in kv else kv["status"]
     result = next((line for line in reversed(out.splitlines()) if line.startswith("RESULT ")), "")
@@ -295,7 +300,7 @@ def classify(status, result, rate_key):
         return None, "verification failed"
     if code != 0:
         return None, "exit %d" % code
-    kv = dict(tok.split("=", 1) for tok in result.split()[2:] if "=" in tok)
+    kv = kv_words(result)
     try:
         return float(kv[rate_key]), None
     except (KeyError, ValueError):
@@ -411,11 +416,9 @@ def summarise(rows):
 def per_op(counters, result, rate):
     """{heading: figure} of PER_OP for one run: its counts over the operations of its measured
     phase (rate x the RESULT line's time; the counts cover the whole run, start-up included)."""
-    kv = dict(tok.split("=", 1) for tok in counters.split() if "=" in tok)
     try:
-        ops = rate * 1e6 * float(dict(tok.split("=", 1) for tok in result.split()[2:]
-                                      if "=" in tok)["time"])
-        counts = {k: float(v) for k, v in kv.items() if k != "counters"}
+        ops = rate * 1e6 * float(kv_words(result)["time"])
+        counts = {k: float(v) for k, v in kv_words(counters).items() if k != "counters"}
     except (KeyError, ValueError):
         return {}
     counts["ops"] = ops

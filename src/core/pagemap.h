@@ -40,7 +40,7 @@ extern MAGPIE_HIDDEN uintptr_t *pagemap_root[(size_t)1 << PM_ROOT_BITS];
 typedef struct pagemap_hot {
   uintptr_t root; /* the root index of the hot leaf; none matches before it is claimed */
   uintptr_t *leaf;
-} __attribute__((aligned(64))) pagemap_hot_t;
+} __attribute__((aligned(OS_LINE))) pagemap_hot_t;
 extern MAGPIE_HIDDEN pagemap_hot_t pagemap_hot;
 
 static MP_INLINE uintptr_t pagemap_get(uintptr_t addr) {
