@@ -13,7 +13,9 @@
  *      writes on every allocation (magazines, thread caches) are sized in whole cache lines
  *      (META_LINES): two threads' magazines side by side in one line made every push and pop
  *      a cache-line transfer (active false sharing in the allocator's own metadata).
- *   4. Lock order: a pool's lock is a leaf; nothing is called while holding it but os_map.
+ *   4. Lock order: a pool's lock is a leaf; nothing is called while holding it. A chunk is
+ *      mapped, and a reused record cleared, without it (a fork meanwhile leaves the child a
+ *      chunk it never uses).
  */
 #include "meta.h"
 #include "os.h"
@@ -44,29 +46,50 @@ void meta_lock_stats(lock_stats_t *lock) {
   lock_release(&meta_pools_lock);
 }
 
+/* Puts the objects of chunk mem (mapped, zero) on pool's free list (its lock held). */
+static void meta_carve_all(meta_pool_t *pool, char *mem, size_t chunk) {
+  for (size_t off = chunk - chunk % pool->size; off >= pool->size; off -= pool->size) {
+    void *obj = mem + off - pool->size;
+    *(void **)obj = pool->free;
+    pool->free = obj;
+  }
+}
+
+/* The lock covers the list and the bump pointer only (theory 4): the mapping is a system
+   call, the clearing a few KiB for a thread's cache, and a thread preempted in either would
+   hold up every thread that needs a record of the pool. */
 void *meta_alloc(meta_pool_t *pool) {
   if (!__atomic_load_n(&pool->listed, __ATOMIC_ACQUIRE)) meta_register(pool);
+  size_t chunk = pool->size * 16 > META_CHUNK ? pool->size * 16 : META_CHUNK;
+  char *mem = NULL; /* a chunk mapped while the lock was let go */
+  bool reused = false;
+  void *obj;
   lock_acquire(&pool->lock);
-  void *obj = pool->free;
-  if (obj) {
-    pool->free = *(void **)obj;
-    memset(obj, 0, pool->size);
-  } else {
-    if ((size_t)(pool->end - pool->bump) < pool->size) {
-      size_t chunk = pool->size * 16 > META_CHUNK ? pool->size * 16 : META_CHUNK;
-      char *mem = os_map_metadata(chunk); /* holds block addresses: hidden from memcheck */
-      if (!mem) {
-        lock_release(&pool->lock);
-        return NULL;
-      }
+  for (;;) {
+    if ((obj = pool->free)) {
+      pool->free = *(void **)obj;
+      reused = true;
+    } else if ((size_t)(pool->end - pool->bump) >= pool->size) {
+      obj = pool->bump; /* fresh from mmap: already zero */
+      pool->bump += pool->size;
+    } else if (mem) {
       pool->bump = mem;
       pool->end = mem + chunk - chunk % pool->size;
+      mem = NULL;
+      continue;
+    } else {
+      lock_release(&pool->lock);
+      mem = os_map_metadata(chunk); /* holds block addresses: hidden from memcheck */
+      if (!mem) return NULL;
+      lock_acquire(&pool->lock);
+      continue;
     }
-    obj = pool->bump; /* fresh from mmap: already zero */
-    pool->bump += pool->size;
+    break;
   }
+  if (mem) meta_carve_all(pool, mem, chunk); /* another thread refilled the pool meanwhile */
   pool->live++;
   lock_release(&pool->lock);
+  if (reused) memset(obj, 0, pool->size);
   return obj;
 }
 

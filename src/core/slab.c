@@ -26,7 +26,12 @@
  *      objects coming back are destructed, outside the lock (constructors may allocate).
  *   5. A slab whose objects have all come back is freed at once: the span goes to the arena,
  *      which decides when pages go back to the kernel. Partial slabs are served first-listed
- *      first, so the slabs that fill last are the ones that empty.
+ *      first, so the slabs that fill last are the ones that empty. The slab lock covers only
+ *      the lists and bitmaps: a new slab is made (span, descriptor, page map) before it is
+ *      listed, and an empty one is unlisted and unmapped under the lock but its span and
+ *      descriptor given back after (slab_make, slab_retire, slab_release). A slab just made is
+      taken from at once, so none is listed with nothing taken (it would never empty). A fork
+      while a thread makes one leaves the child its span, unlisted: one span lost there.
  *   6. Giving back pages inside a slab: when a reap keeps nothing (the program went quiet,
  *      retain=0, malloc_trim), each slab's chunks (a page, or span/64 for bigger spans) in its
  *      carved part on which every object is free go back to the kernel and read as zero: a
@@ -99,7 +104,10 @@ static vmem_t *slab_arena_of(const slab_t *s) {
   return s->from_heap ? &heap_arena : &slab_arena;
 }
 
-static slab_t *slab_create(cache_t *cp) {
+/* A new slab for cp, its pages mapped to it, not yet listed; NULL when memory ran out. Without
+   the slab lock: the arena and the page map (a new leaf, a fresh span's mapping) are slow,
+   and a thread preempted there would hold up every thread that misses in the class. */
+static slab_t *slab_make(cache_t *cp) {
   bool clean;
   vmem_t *arena = hugepage_arena(cp->size);
   void *span = vmem_alloc(arena, cp->span, cp->span, 0, &clean);
@@ -107,7 +115,7 @@ static slab_t *slab_create(cache_t *cp) {
     span = vmem_alloc(arena = &heap_arena, cp->span, cp->span, 0, &clean);
   if (!span) return NULL;
   slab_t *s = meta_alloc(slab_pool(cp));
-  if (s) { /* fields first: the page-map entry publishes the slab */
+  if (s) { /* fields before the page map; the slab lock that lists the slab publishes both */
     s->base = (uintptr_t)span;
     s->cache = cp;
     s->from_heap = arena == &heap_arena;
@@ -117,8 +125,6 @@ static slab_t *slab_create(cache_t *cp) {
     vmem_free(arena, span, cp->span);
     return NULL;
   }
-  cp->slabs++;
-  slab_list(cp, s);
   return s;
 }
 
@@ -127,17 +133,29 @@ static size_t slab_chunk(const cache_t *cp) {
   return cp->span > 64 * OS_PAGE ? cp->span / 64 : OS_PAGE;
 }
 
-static void slab_destroy(cache_t *cp, slab_t *s) {
+/* Takes s, all of whose objects came back, out of cp (slab lock held): unlisted and unmapped,
+   no free finds it any more. The caller gives it back with slab_release once the lock is
+   released, linked through next. */
+static void slab_retire(cache_t *cp, slab_t *s, slab_t **retired) {
   if (s->listed) slab_unlist(cp, s);
-  size_t hollow = (size_t)__builtin_popcountll(s->hollow) * slab_chunk(cp);
-  if (hollow) {
-    __atomic_sub_fetch(&slab_hollow_bytes, hollow, __ATOMIC_RELAXED);
-    if (!s->from_heap) hugepage_slab_hollow((void *)s->base, -(ptrdiff_t)hollow);
-  }
   pagemap_set(s->base, cp->span, 0);
-  vmem_free(slab_arena_of(s), (void *)s->base, cp->span);
-  meta_free(slab_pool(cp), s);
   cp->slabs--;
+  s->next = *retired;
+  *retired = s;
+}
+
+/* Gives the retired slabs' spans to their arena and their descriptors back (no lock held). */
+static void slab_release(cache_t *cp, slab_t *retired) {
+  for (slab_t *s = retired, *next; s; s = next) {
+    next = s->next;
+    size_t hollow = (size_t)__builtin_popcountll(s->hollow) * slab_chunk(cp);
+    if (hollow) {
+      __atomic_sub_fetch(&slab_hollow_bytes, hollow, __ATOMIC_RELAXED);
+      if (!s->from_heap) hugepage_slab_hollow((void *)s->base, -(ptrdiff_t)hollow);
+    }
+    vmem_free(slab_arena_of(s), (void *)s->base, cp->span);
+    meta_free(slab_pool(cp), s);
+  }
 }
 
 /* Object obj's index in its slab s. */
@@ -147,6 +165,7 @@ static uint32_t slab_index(const cache_t *cp, const slab_t *s, const void *obj) 
 
 /* Returns unconstructed objects to their slabs. */
 static void slab_return(cache_t *cp, void **objs, unsigned n) {
+  slab_t *retired = NULL;
   lock_acquire(&cp->slab_lock);
   for (unsigned i = 0; i < n; i++) {
     slab_t *s = slab_of(cp, objs[i]);
@@ -154,6 +173,7 @@ static void slab_return(cache_t *cp, void **objs, unsigned n) {
     bool foreign = !s || k >= s->carved;
     if (foreign || s->map[k / 64] >> k % 64 & 1) {
       lock_release(&cp->slab_lock);
+      slab_release(cp, retired);
       uintptr_t tag = pagemap_get((uintptr_t)objs[i]) & PM_TAG_MASK;
       if (!s && tag >= 1 && tag <= SC_COUNT && tag != cp->tag) /* fastpath.h trusted the size */
         report_heap_error("invalid free", objs[i],
@@ -167,10 +187,11 @@ static void slab_return(cache_t *cp, void **objs, unsigned n) {
     s->returned = true;
     if (k / 64 < s->scan) s->scan = k / 64;
     if (!s->listed) slab_list(cp, s);
-    if (--s->used == 0) slab_destroy(cp, s);
+    if (--s->used == 0) slab_retire(cp, s, &retired);
   }
   cp->slab_objects_out -= n;
   lock_release(&cp->slab_lock);
+  slab_release(cp, retired);
 }
 
 /* Takes the hollow chunks under the object at obj back into use (theory 6): each must read as
@@ -233,13 +254,24 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
   lock_acquire(&cp->slab_lock);
   while (got < n) {
     slab_t *s = cp->partial;
-    if (!s && !(s = slab_create(cp))) break;
+    if (!s) { /* made without the lock, then taken from at once: others may have listed slabs
+                 meanwhile, and one left listed with nothing taken would never empty */
+      lock_release(&cp->slab_lock);
+      s = slab_make(cp);
+      lock_acquire(&cp->slab_lock);
+      if (!s) {
+        if (cp->partial) continue;
+        break;
+      }
+      cp->slabs++;
+      slab_list(cp, s);
+    }
     unsigned before = got;
     got = slab_take(cp, s, out, got, n, run && cp->per_slab - s->carved >= n - got);
     s->used += got - before;
+    cp->slab_objects_out += got - before; /* counted before the lock may be let go */
     if (!s->nfree && s->carved == cp->per_slab) slab_unlist(cp, s);
   }
-  cp->slab_objects_out += got;
   lock_release(&cp->slab_lock);
   if (san_poisons()) /* a sanitized program's objects are poisoned while here (san_hooks.h) */
     for (unsigned i = 0; i < got; i++)
