@@ -74,9 +74,10 @@ typedef struct tcache {
 #define TCACHE_CPU_SIZE (offsetof(tcache_t, own) + sizeof(mag_counts_cpu_t) * (SC_COUNT + 1))
 
 /* One CPU's magazines of malloc's classes (mag_percpu.c). Restartable sequences on the CPU pop
-   and push on the loaded magazines without a lock (rseq.h); everything else happens under the
-   lock: the previous magazines, and replacing a loaded one, which only a sequence on that CPU
-   may do, or anyone after taking it away and fencing the CPU. */
+   and push on the loaded magazines without a lock, and trade a pair's two while the lock is
+   free (rseq.h); everything else happens under the lock: the previous magazines, and replacing
+   a loaded one, which only a sequence on that CPU may do, or anyone after taking it away and
+   fencing the CPU. */
 typedef struct mag_cpu {
   mag_pair_t mags[SC_COUNT + 1]; /* threads count their own operations in their tcaches */
   lock_t lock;
@@ -115,6 +116,10 @@ void mag_raise_peak(size_t *peak, size_t now); /* *peak = max(*peak, now), atomi
 /* A fresh sampling countdown: about opt.sample allocations, jittered so threads do not sample
    in step (debug/sample.c draws the samples). */
 int64_t mag_sample_countdown(void);
+/* The first step of malloc's slow path, before sampling and the heap profiler's clock: where
+   the CPU's loaded magazine ran out and the previous one has rounds, they trade places and the
+   block comes from there (as a thread's own magazines do in the fast path); NULL otherwise. */
+void *mag_malloc_traded(size_t size);
 void *mag_malloc(unsigned c, size_t size); /* the slow path of class c */
 void mag_free(unsigned c, void *p);        /* the slow path, with the checks */
 void mag_thread_exit(void *tc);

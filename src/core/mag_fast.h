@@ -3,7 +3,8 @@
  * the magazine layer's own slow paths (mag.c) share: pop a block from, and push one onto, the
  * loaded magazine of a class, per-CPU in a restartable sequence (rseq.h) or the thread's own.
  * A thread's own loaded magazine that runs out (fills up) trades places with the previous one
- * here when that one has rounds (room). No lock, no atomic read-modify-write.
+ * here when that one has rounds (room); a CPU's does at the start of the slow path
+ * (mag_percpu.c theory 2). No lock, no atomic read-modify-write.
  */
 #ifndef MAGPIE_MAG_FAST_H
 #define MAGPIE_MAG_FAST_H

@@ -62,13 +62,19 @@ mag_cpu_t *mag_cpu(unsigned cpu); /* CPU cpu's record, cpu < mag_cpu_count() */
 /* The per-CPU magazines for a thread starting as the live-th, or NULL: its own. */
 char *mag_cpu_for_thread(unsigned live);
 void mag_cpu_spread_lines(void **rounds, uint32_t n);
+/* The CPU's loaded magazine of class c ran out (filled up): it trades places with the previous
+   one if that has rounds (room), and the pop (push) is tried again; NULL (0): it was not
+   (theory 2). */
+void *mag_cpu_pop_traded(char *cpus, unsigned c);
+int mag_cpu_push_traded(char *cpus, unsigned c, void *p);
 void *mag_cpu_alloc_miss(cache_t *cp, unsigned c);
 bool mag_cpu_free_miss(cache_t *cp, unsigned c, void *obj);
 /* Gives the magazines of CPUs that have not missed since the last call (all: of every CPU) to
    the depots. */
 void mag_cpu_reclaim(bool all);
-/* Locks the CPUs' records set up so far and returns how many; unlocks that many. Records may be
-   set up in between (mag_registry_lock), so the count goes from one to the other. */
+/* Locks the CPUs' records set up so far, with no trade in flight on any (mag_percpu.c theory 2),
+   and returns how many; unlocks that many. Records may be set up in between
+   (mag_registry_lock), so the count goes from one to the other. */
 unsigned mag_cpu_lock_all(void);
 void mag_cpu_unlock_all(unsigned n);
 void mag_cpu_reset_locks(void); /* in a fork's child */

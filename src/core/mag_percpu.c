@@ -11,13 +11,21 @@
  *   1. Pop and push are restartable sequences on the CPU's loaded magazine (rseq.h, mag_fast.h),
  *      correct against preemption, migration and signals without atomics. Memory is bounded
  *      by CPUs, not threads; each thread keeps only its counts (mag.h).
- *   2. Everything else happens under the CPU's lock. A slow path works on a copy of the CPU's
- *      pair and changes only the previous magazine, which no sequence touches; the new loaded
- *      one is stored by a sequence that commits only on that CPU (mag_cpu_install). A thread
- *      that moved meanwhile leaves the CPU's loaded magazine in place and parks the new one as
- *      the previous: nothing is lost or shared. The sentinel is the exception: no sequence
- *      commits on it, so it is replaced from any CPU, and a pair never holds the sentinel
- *      loaded beside a real magazine (mag_check.c checks).
+ *   2. A loaded magazine that ran out (filled up) trades places with the previous one, if that has
+ *      rounds (room), in a sequence whose commit stores the swapped pair whole, and only while the
+ *      CPU's lock is free (rseq_trade): first thing on a miss, before sampling or the profiler's
+ *      clock (mag_malloc_traded, mag_free), as a thread's own pair trades in its fast path. Else a
+ *      working set that straddles a magazine's edge takes the lock at every crossing. Everything
+ *      else happens under the CPU's lock, taken so that no trade is in flight (mag_cpu_quiesce): a
+ *      thread that reads its CPU after taking the lock there knows it, since a sequence that saw
+ *      the lock free has been preempted and starts again; one that took it elsewhere fences the
+ *      CPU. A slow path works on a copy of the pair and changes only the previous magazine, which
+ *      then no sequence touches; the new loaded one is stored by a sequence that commits only on
+ *      that CPU (mag_cpu_install). A thread that moved meanwhile leaves the CPU's loaded magazine
+ *      in place and parks the new one as the previous: nothing is lost or shared. The sentinel is
+ *      the exception: no sequence commits on it or trades with it, so it is replaced from any CPU,
+ *      and a pair never holds the sentinel loaded beside a real magazine (mag_check.c checks).
+ *      Without membarrier there is no fence, and no trade: every change takes the lock.
  *   3. Threads taking turns on a CPU get neighbouring objects from its magazines, and write
  *      the same lines once they run apart. So a CPU's refill from the slab layer is dealt out a
  *      line at a time (mag_cpu_spread_lines), and its first refill of a class of blocks smaller
@@ -32,7 +40,8 @@
  *      keep leaves the pair and is drained after. Under the lock: pairs, depot trades and
  *      empty magazines only.
  * Locking: a CPU's lock guards its previous magazines, its misses and any change of a loaded
- * one outside a sequence. It is taken after mag_registry_lock (front/fork.c writes the order).
+ * one outside a sequence; a trade only while it is free. It is taken after mag_registry_lock
+ * (front/fork.c writes the order).
  */
 #include "depot.h"
 #include "inject.h"
@@ -44,6 +53,8 @@
 #include <string.h>
 
 _Static_assert(sizeof(mag_cpu_t) == 4096, "rseq.h's sequences find CPU i's record at i << 12");
+_Static_assert(offsetof(mag_cpu_t, mags) % 16 == 0 && sizeof(mag_pair_t) == 16,
+               "a trade stores a pair in one aligned 16-byte store");
 
 #define MAG_SPREAD_MAX 64 /* rounds of a CPU's refill that mag_cpu_spread_lines orders */
 
@@ -129,7 +140,34 @@ void mag_cpu_spread_lines(void **rounds, uint32_t n) {
   memcpy(rounds, spread, n * sizeof *rounds);
 }
 
+/* With CPU cpu's lock held: no trade is in flight there, and none starts until it is released
+   (theory 2). */
+static void mag_cpu_quiesce(unsigned cpu) {
 #if RSEQ_SUPPORTED
+  if (mag_cpu_fence && (unsigned)rseq_cpu(mag_consts.rseq_area) != cpu)
+    (void)os_fence_rseq(cpu); /* fails only for a CPU that is offline, where nothing runs */
+#else
+  (void)cpu;
+#endif
+}
+
+#if RSEQ_SUPPORTED
+void *mag_cpu_pop_traded(char *cpus, unsigned c) {
+  if (!mag_cpu_fence) return NULL;
+  INJECT(INJECT_CPU_TRADE);
+  ptrdiff_t area = mag_consts.rseq_area;
+  if (!rseq_trade(cpus + MAG_CPU_SLOT(c), cpus + offsetof(mag_cpu_t, lock), area, 1)) return NULL;
+  return rseq_pop(cpus + MAG_CPU_SLOT(c), area);
+}
+
+int mag_cpu_push_traded(char *cpus, unsigned c, void *p) {
+  if (!mag_cpu_fence) return 0;
+  INJECT(INJECT_CPU_TRADE);
+  ptrdiff_t area = mag_consts.rseq_area;
+  if (!rseq_trade(cpus + MAG_CPU_SLOT(c), cpus + offsetof(mag_cpu_t, lock), area, 0)) return 0;
+  return rseq_push(cpus + MAG_CPU_SLOT(c), area, p);
+}
+
 /* Takes the lock of the CPU the thread runs on (it may move away while it holds it:
    mag_cpu_install checks). */
 static mag_cpu_t *mag_cpu_lock(unsigned *cpu) {
@@ -137,6 +175,7 @@ static mag_cpu_t *mag_cpu_lock(unsigned *cpu) {
   mag_cpu_t *mc = mag_cpu(*cpu);
   lock_acquire(&mc->lock);
   INJECT(INJECT_CPU_LOCKED);
+  mag_cpu_quiesce(*cpu);
   return mc;
 }
 
@@ -230,6 +269,7 @@ void mag_cpu_reclaim(bool all) {
     mag_cpu_t *mc = mag_cpu(i);
     lock_acquire(&mc->lock);
     if (all || mc->misses == mc->misses_seen) {
+      mag_cpu_quiesce(i);
       bool taken = false;
       for (unsigned c = 1; c <= SC_COUNT; c++) {
         mag_to_depot(&malloc_caches[c], mc->mags[c].prev);
@@ -269,6 +309,7 @@ unsigned mag_cpu_lock_all(void) {
   unsigned n = mag_cpu_count();
   for (unsigned i = 0; i < n; i++)
     lock_acquire(&mag_cpu(i)->lock);
+  if (n && mag_cpu_fence) (void)os_fence_rseq_all(); /* no trade in flight on any (theory 2) */
   return n;
 }
 

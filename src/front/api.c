@@ -77,6 +77,8 @@ static void *alloc_fresh(size_t size, size_t align, bool zero) {
 void *malloc_slow(size_t size) {
   magpie_init(); /* debug_on must be known before the first block */
   if (debug_on) return debug_alloc(size, 0, DEBUG_MALLOC, false);
+  void *traded = mag_malloc_traded(size);
+  if (traded) return traded;
   if (opt.sample && !memcheck_on) { /* a miss stands for a magazine of allocations */
     unsigned weight = size <= SC_SMALL_MAX ? mag_miss_weight(sc_of(size)) : 1;
     void *p = sample_maybe(size, weight);

@@ -71,9 +71,14 @@ static bool inject_migrate(uint64_t r) {
   return false;
 }
 
+/* Points passed far more often than the others act on one pass in 2^rarity: a trade comes
+   every few dozen operations, and acting at each would slow a stress run a hundredfold. */
+static const uint8_t inject_rarity[INJECT_POINTS] = {[INJECT_CPU_TRADE] = 6};
+
 void inject_at(inject_point_t point) {
   if (!inject_seed) return;
   uint64_t r = inject_next();
+  if (inject_rarity[point] && r >> (64 - inject_rarity[point])) return;
   switch (r & 7) {
   case 0:
   case 1:

@@ -20,6 +20,7 @@ typedef enum inject_point {
   INJECT_CPU_PARKED,    /* the reaper stored the sentinel into CPUs' slots, before the fence */
   INJECT_THREAD_PARKED, /* the reaper parked threads' loaded magazines, before the fence */
   INJECT_DEPOT,         /* inside a depot's exchange, its lock held */
+  INJECT_CPU_TRADE,     /* a per-CPU fast path is about to trade its CPU's pair */
   INJECT_POINTS
 } inject_point_t;
 

@@ -79,6 +79,7 @@ unsigned os_cpu_possible(void); /* 1 + the highest CPU id the kernel may use; 0 
 bool os_fence_rseq_register(void);
 /* Restarts the restartable sequences running on cpu, with a full memory barrier there. */
 bool os_fence_rseq(unsigned cpu);
+bool os_fence_rseq_all(void); /* the same on every CPU that runs one of the process's threads */
 /* Registers for os_fence_threads (membarrier); false if the kernel refuses. */
 bool os_fence_threads_register(void);
 /* A full memory barrier in every thread of the process, running or not: after it, each has

@@ -4,6 +4,7 @@
  * Theory
  *   1. os_fence_rseq (membarrier) restarts every restartable sequence in flight on one CPU and
  *      orders memory with it: after it, a sequence there sees what the caller stored before.
+ *      os_fence_rseq_all does it on every CPU that runs one of the process's threads.
  *      os_fence_threads is the same barrier on every CPU that runs one of the process's
  *      threads, without the restarts (a sleeping thread is ordered by its context switch).
  *   2. Whether glibc registered an rseq area (__rseq_size) and where it lies from the thread
@@ -34,6 +35,10 @@ bool os_fence_rseq_register(void) {
 bool os_fence_rseq(unsigned cpu) {
   return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, MEMBARRIER_CMD_FLAG_CPU,
                  (int)cpu) == 0;
+}
+
+bool os_fence_rseq_all(void) {
+  return syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, 0, 0) == 0;
 }
 
 bool os_fence_threads_register(void) {

@@ -18,7 +18,7 @@
  * and test the per-thread magazines.
  *
  * The sequences work on an array of per-CPU records (mag.h: mag_cpu_t, 4 KiB apart): `slot` is
- * the address of a class's loaded magazine pointer in CPU 0's record.
+ * the address of a class's pair (loaded magazine pointer, then previous) in CPU 0's record.
  */
 #ifndef MAGPIE_RSEQ_H
 #define MAGPIE_RSEQ_H
@@ -101,6 +101,44 @@ static inline int rseq_push(char *slot, ptrdiff_t area, void *obj) {
       : full);
   return 1;
 full:
+  return 0;
+}
+
+/* Swaps the current CPU's loaded and previous magazines of the class at `slot` where the loaded
+   one is empty (alloc) or full (!alloc), is no sentinel (capacity 0), and the previous one has
+   rounds (room), while the CPU's lock, whose state word is at `lock` in CPU 0's record, is free;
+   returns whether it did. Commit: the pair, in one 16-byte store. */
+static inline int rseq_trade(char *slot, char *lock, ptrdiff_t area, int alloc) {
+  uint32_t bound = alloc ? 0 : ~0u; /* & cap: the count at which a magazine cannot serve */
+  __asm__ goto(
+      RSEQ_BEGIN("%%rax", "%[area]")
+      "movl %%fs:" RSEQ_CPU_ID "(%[area]), %%eax\n\t"
+      "shlq $" RSEQ_CPU_SHIFT ", %%rax\n\t"
+      "cmpl $0, (%%rax, %[lock])\n\t"     /* the lock is held: no trade */
+      "jne %l[no]\n\t"
+      "movq (%%rax, %[slot]), %%rcx\n\t"  /* loaded */
+      "movq 8(%%rax, %[slot]), %%rdx\n\t" /* prev */
+      "movl 4(%%rcx), %%esi\n\t"          /* loaded's cap */
+      "testl %%esi, %%esi\n\t"
+      "jz %l[no]\n\t"
+      "andl %k[bound], %%esi\n\t"
+      "cmpl %%esi, (%%rcx)\n\t"           /* loaded cannot serve */
+      "jne %l[no]\n\t"
+      "movl 4(%%rdx), %%esi\n\t"
+      "andl %k[bound], %%esi\n\t"
+      "cmpl %%esi, (%%rdx)\n\t"           /* nor can prev */
+      "je %l[no]\n\t"
+      "movq %%rdx, %%xmm0\n\t"
+      "movq %%rcx, %%xmm1\n\t"
+      "punpcklqdq %%xmm1, %%xmm0\n\t"     /* (prev, loaded) */
+      "movdqa %%xmm0, (%%rax, %[slot])\n"  /* commit: the pair swapped */
+      RSEQ_END
+      :
+      : [area] "r"(area), [slot] "r"(slot), [lock] "r"(lock), [bound] "r"(bound)
+      : "memory", "cc", "rax", "rcx", "rdx", "rsi", "xmm0", "xmm1"
+      : no);
+  return 1;
+no:
   return 0;
 }
 
