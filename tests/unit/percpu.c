@@ -98,15 +98,20 @@ static void *quiet_user(void *arg) {
   return NULL;
 }
 
+/* Pins the calling thread to the CPU it runs on. */
+static void stay_on_this_cpu(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(sched_getcpu(), &set);
+  UCHECK(pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0);
+}
+
 /* Stays on its CPU, allocates SPREAD_BLOCKS 16-byte blocks there and checks that no two share
    a cache line. */
 #define SPREAD_BLOCKS 8
 static void *line_user(void *arg) {
   (void)arg;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(sched_getcpu(), &set);
-  UCHECK(pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0);
+  stay_on_this_cpu();
   void *b[SPREAD_BLOCKS];
   for (int i = 0; i < SPREAD_BLOCKS; i++)
     UCHECK((b[i] = magpie_malloc(16)) != NULL);
@@ -154,10 +159,7 @@ static void *fold_user(void *arg) {
 #define TRADE_SWING(cap) ((cap) / 2)
 static void *trade_user(void *arg) {
   (void)arg;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(sched_getcpu(), &set);
-  UCHECK(pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0);
+  stay_on_this_cpu();
   unsigned cpu = (unsigned)sched_getcpu();
   static void *b[TRADE_MAX];
   for (int warm = 0; warm < 4; warm++) { /* magazines grow to their size (slow start) */
