@@ -357,24 +357,6 @@ void *mag_malloc(unsigned c, size_t size) {
   return p;
 }
 
-void *mag_malloc_traded(size_t size) {
-#if RSEQ_SUPPORTED
-  tcache_t *tc = mag_tls;
-  if (!tc->cpus || size > SC_SMALL_MAX) return NULL;
-  unsigned c = sc_of(size);
-  uint32_t *count = &tc->cpu_counts[c].allocs;
-  void *p = *count >> 31 == 0 ? mag_cpu_pop_traded(tc->cpus, c) : NULL;
-  if (!p) return NULL;
-  STAT_ADD(*count, 1);
-  *(uintptr_t *)p = 0;
-  STAT_ADD(tc->bytes_requested, size);
-  return p;
-#else
-  (void)size;
-  return NULL;
-#endif
-}
-
 void mag_free(unsigned c, void *p) {
   uintptr_t a = (uintptr_t)p;
   if (!sc_is_object_start(c, a))

@@ -118,8 +118,12 @@ void mag_raise_peak(size_t *peak, size_t now); /* *peak = max(*peak, now), atomi
 int64_t mag_sample_countdown(void);
 /* The first step of malloc's slow path, before sampling and the heap profiler's clock: where
    the CPU's loaded magazine ran out and the previous one has rounds, they trade places and the
-   block comes from there (as a thread's own magazines do in the fast path); NULL otherwise. */
-void *mag_malloc_traded(size_t size);
+   block comes from there (as a thread's own magazines do in the fast path); NULL otherwise. A
+   thread with magazines of its own makes no call. */
+void *mag_cpu_malloc_traded(size_t size);
+static inline void *mag_malloc_traded(size_t size) {
+  return mag_tls->cpus ? mag_cpu_malloc_traded(size) : NULL;
+}
 void *mag_malloc(unsigned c, size_t size); /* the slow path of class c */
 void mag_free(unsigned c, void *p);        /* the slow path, with the checks */
 void mag_thread_exit(void *tc);
