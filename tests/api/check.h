@@ -130,8 +130,13 @@ static inline int api_magpie_loaded(void) {
 }
 
 /* A deadline for tests of hangs: after `seconds`, a timer on CLOCK_MONOTONIC delivers SIGUSR2,
-   whose handler writes "NAME: deadline passed: WHY" to fd 2 and exits with status 2. */
+   whose handler writes "NAME: deadline passed: WHY" to fd 2 and exits with status 2.
+   api_deadline_renew (async-signal-safe) moves it `seconds` from now: a test that renews it at
+   each step of progress fails only when it stops progressing, however slow a loaded machine
+   makes the steps. */
 static const char *api_deadline_why;
+static timer_t api_deadline_timer;
+static int api_deadline_seconds;
 
 static inline void api_deadline_passed(int sig) {
   (void)sig;
@@ -143,19 +148,22 @@ static inline void api_deadline_passed(int sig) {
   _exit(2);
 }
 
+static inline int api_deadline_renew(void) {
+  struct itimerspec when;
+  memset(&when, 0, sizeof when);
+  when.it_value.tv_sec = api_deadline_seconds;
+  return timer_settime(api_deadline_timer, 0, &when, NULL);
+}
+
 static inline void api_deadline(int seconds, const char *why) {
   api_deadline_why = why;
+  api_deadline_seconds = seconds;
   signal(SIGUSR2, api_deadline_passed);
   struct sigevent ev;
   memset(&ev, 0, sizeof ev);
   ev.sigev_notify = SIGEV_SIGNAL;
   ev.sigev_signo = SIGUSR2;
-  struct itimerspec when;
-  memset(&when, 0, sizeof when);
-  when.it_value.tv_sec = seconds;
-  timer_t timer;
-  if (timer_create(CLOCK_MONOTONIC, &ev, &timer) != 0 ||
-      timer_settime(timer, 0, &when, NULL) != 0) {
+  if (timer_create(CLOCK_MONOTONIC, &ev, &api_deadline_timer) != 0 || api_deadline_renew() != 0) {
     fprintf(stderr, "%s: cannot arm the deadline timer\n", api_test_name);
     exit(1);
   }
