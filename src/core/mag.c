@@ -357,6 +357,23 @@ void *mag_malloc(unsigned c, size_t size) {
   return p;
 }
 
+void *mag_malloc_traded_cpu(size_t size) {
+#if RSEQ_SUPPORTED
+  tcache_t *tc = mag_tls;
+  unsigned c = size <= SC_SMALL_MAX ? sc_of(size) : 0;
+  if (!c || tc->cpu_counts[c].allocs >> 31) return NULL; /* the slow path folds it (mag.h) */
+  void *p = mag_cpu_pop_traded(tc->cpus, c);
+  if (!p) return NULL;
+  STAT_ADD(tc->cpu_counts[c].allocs, 1);
+  *(uintptr_t *)p = 0;
+  STAT_ADD(tc->bytes_requested, size);
+  return p;
+#else
+  (void)size;
+  return NULL;
+#endif
+}
+
 void mag_free(unsigned c, void *p) {
   uintptr_t a = (uintptr_t)p;
   if (!sc_is_object_start(c, a))

@@ -120,9 +120,9 @@ int64_t mag_sample_countdown(void);
    the CPU's loaded magazine ran out and the previous one has rounds, they trade places and the
    block comes from there (as a thread's own magazines do in the fast path); NULL otherwise. A
    thread with magazines of its own makes no call. */
-void *mag_cpu_malloc_traded(size_t size);
+void *mag_malloc_traded_cpu(size_t size);
 static inline void *mag_malloc_traded(size_t size) {
-  return mag_tls->cpus ? mag_cpu_malloc_traded(size) : NULL;
+  return mag_tls->cpus ? mag_malloc_traded_cpu(size) : NULL;
 }
 void *mag_malloc(unsigned c, size_t size); /* the slow path of class c */
 void mag_free(unsigned c, void *p);        /* the slow path, with the checks */

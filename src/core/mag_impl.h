@@ -62,8 +62,10 @@ mag_cpu_t *mag_cpu(unsigned cpu); /* CPU cpu's record, cpu < mag_cpu_count() */
 /* The per-CPU magazines for a thread starting as the live-th, or NULL: its own. */
 char *mag_cpu_for_thread(unsigned live);
 void mag_cpu_spread_lines(void **rounds, uint32_t n);
-/* The CPU's loaded magazine of class c filled up: it trades places with the previous one if
-   that has room, and the push is tried again; 0: it was not (theory 2). */
+/* The CPU's loaded magazine of class c ran out (filled up): it trades places with the previous
+   one if that has rounds (room), and the pop (push) is tried again; NULL (0): it was not
+   (theory 2). The caller counts the operation. */
+void *mag_cpu_pop_traded(char *cpus, unsigned c);
 int mag_cpu_push_traded(char *cpus, unsigned c, void *p);
 void *mag_cpu_alloc_miss(cache_t *cp, unsigned c);
 bool mag_cpu_free_miss(cache_t *cp, unsigned c, void *obj);

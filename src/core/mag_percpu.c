@@ -151,34 +151,22 @@ static void mag_cpu_quiesce(unsigned cpu) {
 #endif
 }
 
-void *mag_cpu_malloc_traded(size_t size) {
 #if RSEQ_SUPPORTED
-  tcache_t *tc = mag_tls;
-  unsigned c = size <= SC_SMALL_MAX ? sc_of(size) : 0;
-  if (!c || !mag_cpu_fence || tc->cpu_counts[c].allocs >> 31) return NULL; /* mag.h: folding */
-  INJECT(INJECT_CPU_TRADE);
-  char *slot = tc->cpus + MAG_CPU_SLOT(c);
-  ptrdiff_t area = mag_consts.rseq_area;
-  void *p =
-      rseq_trade(slot, tc->cpus + offsetof(mag_cpu_t, lock), area, 1) ? rseq_pop(slot, area) : NULL;
-  if (!p) return NULL;
-  STAT_ADD(tc->cpu_counts[c].allocs, 1);
-  *(uintptr_t *)p = 0;
-  STAT_ADD(tc->bytes_requested, size);
-  return p;
-#else
-  (void)size;
-  return NULL;
-#endif
-}
-
-#if RSEQ_SUPPORTED
-int mag_cpu_push_traded(char *cpus, unsigned c, void *p) {
+/* Trades the pair of class c of the CPU the thread runs on where its loaded magazine ran out
+   (alloc) or filled up (theory 2); returns whether it did. */
+static int mag_cpu_trade(char *cpus, unsigned c, int alloc) {
   if (!mag_cpu_fence) return 0;
   INJECT(INJECT_CPU_TRADE);
-  ptrdiff_t area = mag_consts.rseq_area;
-  if (!rseq_trade(cpus + MAG_CPU_SLOT(c), cpus + offsetof(mag_cpu_t, lock), area, 0)) return 0;
-  return rseq_push(cpus + MAG_CPU_SLOT(c), area, p);
+  return rseq_trade(cpus + MAG_CPU_SLOT(c), cpus + offsetof(mag_cpu_t, lock), mag_consts.rseq_area,
+                    alloc);
+}
+
+void *mag_cpu_pop_traded(char *cpus, unsigned c) {
+  return mag_cpu_trade(cpus, c, 1) ? rseq_pop(cpus + MAG_CPU_SLOT(c), mag_consts.rseq_area) : NULL;
+}
+
+int mag_cpu_push_traded(char *cpus, unsigned c, void *p) {
+  return mag_cpu_trade(cpus, c, 0) && rseq_push(cpus + MAG_CPU_SLOT(c), mag_consts.rseq_area, p);
 }
 
 /* Takes the lock of the CPU the thread runs on (it may move away while it holds it:

@@ -30,8 +30,8 @@
  *      the lists and bitmaps: a new slab is made (span, descriptor, page map) before it is
  *      listed, and an empty one is unlisted and unmapped under the lock but its span and
  *      descriptor given back after (slab_make, slab_retire, slab_release). A slab just made is
-      taken from at once, so none is listed with nothing taken (it would never empty). A fork
-      while a thread makes one leaves the child its span, unlisted: one span lost there.
+ *      taken from at once, so none is listed with nothing taken (it would never empty). A fork
+ *      while a thread makes one leaves the child its span, unlisted: one span lost there.
  *   6. Giving back pages inside a slab: when a reap keeps nothing (the program went quiet,
  *      retain=0, malloc_trim), each slab's chunks (a page, or span/64 for bigger spans) in its
  *      carved part on which every object is free go back to the kernel and read as zero: a
