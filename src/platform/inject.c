@@ -72,7 +72,7 @@ static bool inject_migrate(uint64_t r) {
 }
 
 /* Points passed far more often than the others act on one pass in 2^rarity: a trade comes
-   every few dozen operations, and acting at each would slow a stress run a hundredfold. */
+   every few dozen operations, and acting at each would make a stress run crawl. */
 static const uint8_t inject_rarity[INJECT_POINTS] = {[INJECT_CPU_TRADE] = 6};
 
 void inject_at(inject_point_t point) {
