@@ -9,6 +9,7 @@
 
 #include "lock.h"
 #include "magpie.h"
+#include "os.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -43,7 +44,7 @@ typedef struct depot {
 } depot_t;
 
 typedef struct cache {
-  /* set at creation, then read-only */
+  /* set at creation, then read-only: the lines every slow path of the cache reads */
   char name[32];
   size_t size;        /* object stride: a multiple of 16 and of the alignment */
   size_t object_size; /* what magpie_cache_create was asked for (0: a size class) */
@@ -55,17 +56,19 @@ typedef struct cache {
   magpie_ctor_t *ctor;
   magpie_dtor_t *dtor;
   void *arg;
-  /* slab layer */
-  lock_t slab_lock;        /* protects the slab fields below and every slab's free list */
+  /* slab layer, on a line of its own, so that its lock's traffic leaves the lines above alone;
+     the lock protects the fields below and every slab's free list */
+  lock_t slab_lock __attribute__((aligned(OS_LINE)));
   slab_t *partial;         /* slabs with free or never-used objects, first served first */
   size_t slabs;            /* slabs held */
   size_t slab_objects_out; /* objects handed to the magazine layer and not returned */
-  uint64_t misses;         /* operations that went past a thread's or CPU's magazines (atomic) */
-  /* object caches: the allocs and frees of exited threads' slots (mag_registry_lock) */
+  /* depot, from a line of its own; the miss count beside it, since nearly every miss goes on
+     to the depot's lock and fields (one line transfer on many cores, not two) */
+  depot_t depot __attribute__((aligned(OS_LINE)));
+  uint64_t misses; /* operations that went past a thread's or CPU's magazines (atomic) */
+  /* rarely written: object caches' exited threads' counts (mag_registry_lock) and their list
+     of all object caches (cache_list_lock) */
   uint64_t exited_allocs, exited_frees;
-  /* depot */
-  depot_t depot;
-  /* object caches only: the list of all object caches (cache_list_lock) */
   struct cache *next;
 } cache_t;
 
