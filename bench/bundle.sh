@@ -8,14 +8,17 @@
 #   bundle/ld-linux-x86-64.so.2 --library-path bundle/lib [--preload bundle/libX.so] bundle/prog
 # with nothing of the host's but its kernel. Also: plan.txt (the cells: name|threads|program|
 # arguments, from scaling.py --emit-plan), allocators.txt (name|library|version) and run.sh (the
-# runner, bench/bundle-run.sh: POSIX sh, no python). bench/README.md says how to run it.
+# runner, bench/bundle-run.sh: POSIX sh, no python); where the host has perf and objdump, they
+# too with profile.sh (bench/bundle-profile.sh: sampled profiles of chosen cells). bench/README.md
+# says how to run it.
 #
-#   bench/bundle.sh [-t THREADS] [-w WORK] [-b BUILD] [-n] [DEST]
+#   bench/bundle.sh [-t THREADS] [-w WORK] [-b BUILD] [-n] [-P] [DEST]
 #     THREADS  comma-separated thread counts (default 1,4,16,64)
 #     WORK     factor on each program's total work (default 2: on 16 CPUs a run at 16 threads
 #              takes a tenth of one at 1 thread)
 #     BUILD    the build folder with libmagpie.so and bench/ (default $BUILD or build)
 #     -n       fetch nothing: leave out mimalloc3 unless it is already under BUILD/peers
+#     -P       no profiler: leave out perf, objdump and profile.sh (about 35 MiB)
 #     DEST     the bundle (default bundle/ at the top of the checkout, ignored by git)
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,12 +26,14 @@ threads=1,4,16,64
 work=2
 build=$root/${BUILD:-build}
 fetch=yes
-while getopts t:w:b:n opt; do
+profile=yes
+while getopts t:w:b:nP opt; do
   case $opt in
   t) threads=$OPTARG ;;
   w) work=$OPTARG ;;
   b) build=$OPTARG ;;
   n) fetch=no ;;
+  P) profile=no ;;
   *) sed -n '2,22p' "$0" >&2; exit 2 ;;
   esac
 done
@@ -67,8 +72,26 @@ m3=$build/peers/mimalloc3/cmeel.prefix/lib/libmimalloc.so.3
 for p in $progs; do
   cp "$build/bench/bench_$p" "$dest/"
 done
-# Every library the programs and allocators load, by the name they ask for (ldd: "name => path").
-for f in "$dest"/bench_* "$dest"/lib*.so*; do
+# perf and objdump for profile.sh, where the host has them (-P: not); objdump through a
+# wrapper that runs it under the bundled ld.so, as perf annotate calls it by path.
+tools=
+if [ $profile = yes ] && command -v perf > /dev/null && command -v objdump > /dev/null; then
+  cp -L "$(command -v perf)" "$dest/perf"
+  mkdir -p "$dest/bin"
+  cp -L "$(command -v objdump)" "$dest/bin/objdump.bin"
+  cat > "$dest/bin/objdump" << 'EOF_WRAPPER'
+#!/bin/sh
+here=$(cd "${0%/*}/.." && pwd)
+exec "$here/ld-linux-x86-64.so.2" --library-path "$here/lib" "$here/bin/objdump.bin" "$@"
+EOF_WRAPPER
+  chmod +x "$dest/bin/objdump"
+  cp "$root/bench/bundle-profile.sh" "$dest/profile.sh"
+  chmod +x "$dest/profile.sh"
+  tools="$dest/perf $dest/bin/objdump.bin"
+fi
+# Every library the programs, allocators and tools load, by the name they ask for (ldd:
+# "name => path").
+for f in "$dest"/bench_* "$dest"/lib*.so* $tools; do
   ldd "$f" 2>/dev/null | while read -r name arrow path _; do
     if [ "$arrow" = "=>" ] && [ -e "$path" ] && [ ! -e "$dest/lib/$name" ]; then
       cp -L "$path" "$dest/lib/$name"

@@ -7,7 +7,8 @@
                                  threads, a fiftieth of the work, nothing fetched), runs its
                                  runner with a PATH that holds only sh, mkdir, rm, cat and cp (no
                                  python3) and one variant of magpie's options, summarises it with
-                                 scaling.py --from-bundle and checks
+                                 scaling.py --from-bundle and checks; then runs its
+                                 profiler (profile.sh, perf) on larson at 2 threads under magpie
 
 The checks: the allocators' preloads were verified (magpie's exit report counted allocations);
 the CSV has one line per run, each with status 0 and a RESULT line; every cell has a positive
@@ -143,6 +144,34 @@ def bundle_mode(build, tmp):
                      ALLOCS + ["magpie[%s]" % variant])
     if not os.path.exists(report):
         failures.append("the variant's options did not reach magpie: no %s" % report)
+    return failures + profile_check(dest, tools, os.path.join(tmp, "profile"))
+
+
+def profile_check(dest, tools, out):
+    """The bundle's profiler, with the same PATH, on larson at 2 threads under magpie: its
+    report has the RESULT line, magpie's malloc in the flat profile and malloc's annotation."""
+    if not os.path.exists(os.path.join(dest, "profile.sh")):
+        return ["the bundle has no profile.sh (no perf here: scripts/deps.sh test installs it)"]
+    env = {"PATH": tools, "CELLS": "larson:2", "ALLOCATORS": "magpie", "SCALE": "50",
+           "FREQ": "10000"}
+    p = subprocess.run(["sh", os.path.join(dest, "profile.sh"), out], env=env,
+                       capture_output=True, text=True)
+    print(p.stdout + p.stderr)
+    if p.returncode != 0:
+        return ["the bundle's profile.sh exited with status %d" % p.returncode]
+    path = os.path.join(out, "larson-t2-magpie.txt")
+    if not os.path.exists(path):
+        return ["profile.sh wrote no %s" % path]
+    text = open(path).read()
+    failures = []
+    if "RESULT larson" not in text:
+        failures.append("the profile of larson has no RESULT line")
+    if not any("libmagpie.so" in l and "malloc" in l for l in text.splitlines()):
+        failures.append("the flat profile has no line for libmagpie.so's malloc")
+    annotated = text.split("# annotate malloc", 1)[-1].split("# annotate free", 1)[0]
+    if "# annotate malloc" not in text or not any(":" in l and "mov" in l
+                                                  for l in annotated.splitlines()):
+        failures.append("malloc's annotation has no instructions")
     return failures
 
 

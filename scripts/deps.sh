@@ -5,7 +5,7 @@
 #   scripts/deps.sh test    `make test`: the above, and what the tests run (sqlite3, git,
 #                           valgrind, clang and libFuzzer, pkg-config, groff, cargo; tmux and
 #                           redis for `magpie top`'s tests; glibc-source, whose malloc tests
-#                           tests/glibc builds)
+#                           tests/glibc builds; linux-perf, which the device bundle carries)
 #   scripts/deps.sh package `make deb`: the build's, and dpkg-dev and file
 #   scripts/deps.sh format  `make format`, `make format-check`: clang-format
 # Without an argument: build.
@@ -22,7 +22,7 @@ package) pairs="$build $package" ;;
 # man pages' check) and what a .deb needs.
 test)    pairs="$build $package sqlite3:sqlite3 git:git valgrind:valgrind clang:clang
                 pkg-config:pkgconf groff:groff-base tmux:tmux redis-server:redis-server
-                redis-benchmark:redis-tools" ;;
+                redis-benchmark:redis-tools perf:linux-perf" ;;
 format)  pairs="clang-format:clang-format" ;;
 *) echo "usage: scripts/deps.sh [build|test|package|format]" >&2; exit 2 ;;
 esac
