@@ -15,9 +15,13 @@
  *      a cache-line transfer (active false sharing in the allocator's own metadata).
  *   4. Lock order: a pool's lock is a leaf; nothing is called while holding it. A chunk is
  *      mapped, and a reused record cleared, without it (a fork meanwhile leaves the child a
- *      chunk it never uses).
+ *      chunk it never uses). Threads that found the pool empty together each map one; the
+ *      first back makes its chunk the pool's, the others unmap theirs untouched: carving them
+ *      onto the free list would make every page of each resident, and a thousand threads
+ *      starting at once on two CPUs mapped hundreds of chunks in one such window.
  */
 #include "meta.h"
+#include "inject.h"
 #include "os.h"
 
 #include <string.h>
@@ -46,15 +50,6 @@ void meta_lock_stats(lock_stats_t *lock) {
   lock_release(&meta_pools_lock);
 }
 
-/* Puts the objects of chunk mem (mapped, zero) on pool's free list (its lock held). */
-static void meta_carve_all(meta_pool_t *pool, char *mem, size_t chunk) {
-  for (size_t off = chunk - chunk % pool->size; off >= pool->size; off -= pool->size) {
-    void *obj = mem + off - pool->size;
-    *(void **)obj = pool->free;
-    pool->free = obj;
-  }
-}
-
 /* The lock covers the list and the bump pointer only (theory 4): the mapping is a system
    call, the clearing a few KiB for a thread's cache, and a thread preempted in either would
    hold up every thread that needs a record of the pool. */
@@ -79,6 +74,7 @@ void *meta_alloc(meta_pool_t *pool) {
       continue;
     } else {
       lock_release(&pool->lock);
+      INJECT(INJECT_UNLOCKED);
       mem = os_map_metadata(chunk); /* holds block addresses: hidden from memcheck */
       if (!mem) return NULL;
       lock_acquire(&pool->lock);
@@ -86,9 +82,9 @@ void *meta_alloc(meta_pool_t *pool) {
     }
     break;
   }
-  if (mem) meta_carve_all(pool, mem, chunk); /* another thread refilled the pool meanwhile */
   pool->live++;
   lock_release(&pool->lock);
+  if (mem) os_unmap(mem, chunk); /* another thread refilled the pool meanwhile (theory 4) */
   if (reused) memset(obj, 0, pool->size);
   return obj;
 }

@@ -30,8 +30,11 @@
  *      the lists and bitmaps: a new slab is made (span, descriptor, page map) before it is
  *      listed, and an empty one is unlisted and unmapped under the lock but its span and
  *      descriptor given back after (slab_make, slab_retire, slab_release). A slab just made is
- *      taken from at once, so none is listed with nothing taken (it would never empty). A fork
- *      while a thread makes one leaves the child its span, unlisted: one span lost there.
+ *      taken from at once, so none is listed with nothing taken (it would never empty); where
+ *      others listed slabs while it was being made (threads that missed together each make
+ *      one), theirs serve first and it is given back unless they run out, so that a crowd of
+ *      threads starting at once does not leave a crowd of partly used slabs. A fork while a
+ *      thread makes one leaves the child its span, unlisted: one span lost there.
  *   6. Giving back pages inside a slab: when a reap keeps nothing (the program went quiet,
  *      retain=0, malloc_trim), each slab's chunks (a page, or span/64 for bigger spans) in its
  *      carved part on which every object is free go back to the kernel and read as zero: a
@@ -49,6 +52,7 @@
  */
 #include "slab.h"
 #include "hugepage.h"
+#include "inject.h"
 #include "mag.h"
 #include "san_hooks.h"
 #include "meta.h"
@@ -251,18 +255,27 @@ static unsigned slab_take(cache_t *cp, slab_t *s, void **out, unsigned got, unsi
 
 unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
   unsigned got = 0;
+  slab_t *spare = NULL; /* made here while others listed slabs: taken from last, if at all */
   lock_acquire(&cp->slab_lock);
   while (got < n) {
     slab_t *s = cp->partial;
-    if (!s) { /* made without the lock, then taken from at once: others may have listed slabs
-                 meanwhile, and one left listed with nothing taken would never empty */
+    if (!s && spare) {
+      s = spare;
+      spare = NULL;
+    } else if (!s) { /* made without the lock, then taken from at once: a slab left listed
+                        with nothing taken would never empty */
       lock_release(&cp->slab_lock);
+      INJECT(INJECT_UNLOCKED);
       s = slab_make(cp);
       lock_acquire(&cp->slab_lock);
-      if (!s) {
+      if (!s || cp->partial) { /* others' slabs first: threads that missed together made one
+                                  each, and each would stay partly used (theory 5) */
+        spare = s;
         if (cp->partial) continue;
         break;
       }
+    }
+    if (!s->listed) {
       cp->slabs++;
       slab_list(cp, s);
     }
@@ -273,6 +286,11 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
     if (!s->nfree && s->carved == cp->per_slab) slab_unlist(cp, s);
   }
   lock_release(&cp->slab_lock);
+  if (spare) { /* never listed, nothing taken: no free finds it */
+    pagemap_set(spare->base, cp->span, 0);
+    spare->next = NULL;
+    slab_release(cp, spare);
+  }
   if (san_poisons()) /* a sanitized program's objects are poisoned while here (san_hooks.h) */
     for (unsigned i = 0; i < got; i++)
       san_unpoison(out[i], cp->size);

@@ -16,6 +16,7 @@
 #include "os.h"
 
 #include <sched.h>
+#include <time.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -75,8 +76,19 @@ static bool inject_migrate(uint64_t r) {
    every few dozen operations, and acting at each would make a stress run crawl. */
 static const uint8_t inject_rarity[INJECT_POINTS] = {[INJECT_CPU_TRADE] = 6};
 
+/* Points where the race is who else reaches the window while it is open (a slow step made
+   outside a lock: threads that find the same lack meanwhile each make one) hold it open on
+   every pass, for this many microseconds, so that a crowd of threads forms there each time. */
+static const uint16_t inject_hold_us[INJECT_POINTS] = {[INJECT_UNLOCKED] = 1000};
+
 void inject_at(inject_point_t point) {
   if (!inject_seed) return;
+  if (inject_hold_us[point]) {
+    struct timespec hold = {0, (long)inject_hold_us[point] * 1000};
+    syscall(SYS_nanosleep, &hold, NULL);
+    __atomic_add_fetch(&inject_counts[point], 1, __ATOMIC_RELAXED);
+    return;
+  }
   uint64_t r = inject_next();
   if (inject_rarity[point] && r >> (64 - inject_rarity[point])) return;
   switch (r & 7) {
