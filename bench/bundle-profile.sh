@@ -50,6 +50,11 @@ run_perf() { # perf, under the bundled ld.so, writing no build-id cache into the
 }
 start=$(now)
 
+# The kernel lowers its highest sampling rate when sampling interrupts run long (a busy
+# machine): perf refuses a higher -F, so ask for no more than it allows now.
+# (cat, not read: the shell's read takes a byte at a time, and this file gives only its first)
+max_rate=$(cat /proc/sys/kernel/perf_event_max_sample_rate 2> /dev/null)
+[ -n "$max_rate" ] && [ "$max_rate" -lt "$FREQ" ] && FREQ=$max_rate
 event=${EVENT:-cycles:u}
 if ! run_perf record -q -N -e "$event" -o "$data" -- "$ld" --version > /dev/null 2>> "$log"; then
   echo "event $event refused: sampling cpu-clock instead" >> "$log"

@@ -172,6 +172,9 @@ def profile_check(dest, tools, out):
     if "# annotate malloc" not in text or not any(":" in l and "mov" in l
                                                   for l in annotated.splitlines()):
         failures.append("malloc's annotation has no instructions")
+    if failures:
+        print("the report:\n" + "\n".join(text.splitlines()[:40]))
+        print("profile.log:\n" + open(os.path.join(out, "profile.log")).read())
     return failures
 
 
