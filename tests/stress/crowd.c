@@ -7,8 +7,9 @@
  * src/core/meta.c theory 4). Only what the crowd needs may stay: the bytes magpie maps while
  * the crowd holds its blocks must stay within a small multiple of the bytes it holds. Before
  * that rule a crowd of a thousand threads on two CPUs left up to three times the memory
- * mapped, and resident, from one run to the next. (Run with hugepages=never: huge pages map
- * in 2 MiB steps.)
+ * mapped, and resident, from one run to the next, and each class several partly used slabs:
+ * after the crowd's allocations a class may have one. (Run with hugepages=never: huge pages
+ * map in 2 MiB steps.)
  *
  * In the test build libmagpie_inject.so with MAGPIE_OPTIONS=inject=SEED the threads are
  * delayed and moved to other CPUs at those points (INJECT_UNLOCKED, src/platform/inject.h), so
@@ -19,6 +20,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define TEST "stress_crowd"
 
@@ -62,6 +64,31 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+/* The crowd has only allocated: in each class at most one slab may be partly used, the one
+   being carved, so its slabs' free room is less than one slab's objects. Threads that each
+   listed a slab of their own would leave several partly used. */
+static void check_partial_slabs(void) {
+  size_t len, cls, slabs, objects, out;
+  const char *json = stress_stats_json(TEST, &len), *end = json + len;
+  const char *at = memmem(json, len, "\"classes\"", 9);
+  if (!at) stress_fail(TEST ": the JSON statistics have no \"classes\"");
+  unsigned checked = 0;
+  while (stress_json_next(&at, end, "\"class\"", &cls) &&
+         stress_json_next(&at, end, "\"slabs\"", &slabs) &&
+         stress_json_next(&at, end, "\"slab_objects\"", &objects) &&
+         stress_json_next(&at, end, "\"slab_objects_out\"", &out)) {
+    if (!slabs) continue;
+    checked++;
+    if (objects - out >= objects / slabs)
+      stress_fail(TEST ": class %zu has %zu slabs of %zu objects with %zu free among them: more "
+                       "than one partly used slab after allocations only",
+                  cls, slabs, objects / slabs, objects - out);
+  }
+  if (!checked) stress_fail(TEST ": no class with slabs in the JSON statistics");
+  stress_log("%s: %u classes, at most one partly used slab each\n", TEST, checked);
+  stress_stats_release(json, len);
+}
+
 int main(int argc, char **argv) {
   stress_params(argc, argv, TEST, params, NPARAMS);
   seed = (uint64_t)stress_param(params, NPARAMS, "seed");
@@ -90,6 +117,7 @@ int main(int argc, char **argv) {
     stress_fail(TEST ": %ld threads starting at once hold %zu KiB, and magpie mapped %zu KiB "
                      "for them: more than twice the bytes held and %ld KiB",
                 nthreads, held >> 10, grew >> 10, slack_kib);
+  check_partial_slabs();
   pthread_barrier_wait(&done);
   for (long i = 0; i < nthreads; i++)
     stress_thread_join(workers[i].thread, TEST);

@@ -345,8 +345,7 @@ size_t stress_rss_bytes(void) {
   return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
 }
 
-size_t stress_mapped_bytes(const char *test) {
-  static const char field[] = "\"mapped_bytes\"";
+const char *stress_stats_json(const char *test, size_t *len) {
   int fd = memfd_create("magpie-stats", MFD_CLOEXEC);
   if (fd < 0)
     stress_fail("%s: memfd_create: errno %d", test, errno);
@@ -357,29 +356,43 @@ size_t stress_mapped_bytes(const char *test) {
   if (rc < 0 || st.st_size <= 0)
     stress_fail("%s: magpie_stats_write(fd, MAGPIE_STATS_JSON) returned %d and wrote %lld bytes",
                 test, rc, (long long)st.st_size);
-  size_t len = (size_t)st.st_size;
-  const char *json = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+  *len = (size_t)st.st_size;
+  const char *json = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
   if (json == MAP_FAILED)
     stress_fail("%s: mmap of the stats memfd: errno %d", test, errno);
-  const char *at = memmem(json, len, field, sizeof field - 1);
+  return json;
+}
+
+void stress_stats_release(const char *json, size_t len) {
+  munmap((void *)json, len);
+}
+
+bool stress_json_next(const char **from, const char *end, const char *field, size_t *value) {
+  size_t n = strlen(field);
+  const char *at = memmem(*from, (size_t)(end - *from), field, n);
   if (!at)
-    stress_fail("%s: the JSON statistics (%zu bytes) have no %s field: %.200s", test, len, field,
-                json);
-  const char *end = json + len, *c = at + sizeof field - 1;
-  while (c < end && (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r'))
-    c++;
-  if (c < end && *c == ':')
-    c++;
-  while (c < end && (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r'))
+    return false;
+  const char *c = at + n;
+  while (c < end && (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r' || *c == ':'))
     c++;
   if (c >= end || *c < '0' || *c > '9')
-    stress_fail("%s: %s in the JSON statistics is not followed by a number: %.80s", test, field,
-                at);
+    return false;
   size_t v = 0;
   while (c < end && *c >= '0' && *c <= '9')
     v = v * 10 + (size_t)(*c++ - '0');
-  munmap((void *)json, len);
+  *value = v;
+  *from = c;
+  return true;
+}
+
+size_t stress_mapped_bytes(const char *test) {
+  size_t len, v;
+  const char *json = stress_stats_json(test, &len), *from = json;
+  if (!stress_json_next(&from, json + len, "\"mapped_bytes\"", &v))
+    stress_fail("%s: the JSON statistics (%zu bytes) have no number for \"mapped_bytes\": %.200s",
+                test, len, json);
+  stress_stats_release(json, len);
   return v;
 }
 

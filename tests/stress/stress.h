@@ -27,6 +27,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -152,6 +153,13 @@ long stress_param(const stress_param_t *params, size_t n, const char *name);
 size_t stress_rss_bytes(void);
 /* The first "mapped_bytes" value of magpie_stats_write(fd, MAGPIE_STATS_JSON); fails if absent. */
 size_t stress_mapped_bytes(const char *test);
+/* magpie_stats_write(fd, MAGPIE_STATS_JSON), in a private mapping of *len bytes (fails the test
+   if it cannot be had); stress_stats_release gives it back. */
+const char *stress_stats_json(const char *test, size_t *len);
+void stress_stats_release(const char *json, size_t len);
+/* The number after the next field (a JSON key with its quotes) in [*from, end), and *from moved
+   past it; false if there is none. */
+bool stress_json_next(const char **from, const char *end, const char *field, size_t *value);
 /* Monotonic seconds. */
 double stress_now(void);
 
