@@ -17,8 +17,8 @@
  *      mapped, and a reused record cleared, without it (a fork meanwhile leaves the child a
  *      chunk it never uses). Threads that found the pool empty together each map one; the
  *      first back makes its chunk the pool's, the others unmap theirs untouched: carving them
- *      onto the free list would make every page of each resident, and a thousand threads
- *      starting at once on two CPUs mapped hundreds of chunks in one such window.
+ *      onto the free list would make every page of each resident, and a crowd of threads that
+ *      start at once maps one each (docs/decisions/crowd-made-once.md).
  */
 #include "meta.h"
 #include "inject.h"
