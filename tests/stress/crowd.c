@@ -5,15 +5,14 @@
  * Threads that miss together on a class with no partial slab, or on an empty metadata pool,
  * each make a slab or map a chunk while the lock is let go (src/core/slab.c theory 5,
  * src/core/meta.c theory 4). Only what the crowd needs may stay: the bytes magpie maps while
- * the crowd holds its blocks must stay within a small multiple of the bytes it holds. Before
- * that rule a crowd of a thousand threads on two CPUs left up to three times the memory
- * mapped, and resident, from one run to the next, and each class several partly used slabs:
- * after the crowd's allocations a class may have one. (Run with hugepages=never: huge pages
- * map in 2 MiB steps.)
+ * the crowd holds its blocks must stay within a small multiple of the bytes it holds, and after
+ * the crowd's allocations each class may have one partly used slab, the one being carved, not
+ * one a thread (docs/decisions/crowd-made-once.md). Run with hugepages=never: huge pages map
+ * in 2 MiB steps.
  *
- * In the test build libmagpie_inject.so with MAGPIE_OPTIONS=inject=SEED the threads are
- * delayed and moved to other CPUs at those points (INJECT_UNLOCKED, src/platform/inject.h), so
- * that crowds form there on every run, not by chance.
+ * In the test build libmagpie_inject.so with MAGPIE_OPTIONS=inject=SEED the unlocked window is
+ * held open at those points (INJECT_UNLOCKED, src/platform/inject.h), so that crowds form there
+ * on every run, not by chance.
  */
 #define _GNU_SOURCE
 #include "stress.h"
