@@ -92,12 +92,14 @@ typedef struct mag_cpu {
    exited. Both have only empty magazines, so the fast path always misses on them. */
 extern __thread MAGPIE_HIDDEN tcache_t *mag_tls __attribute__((tls_model("initial-exec")));
 extern tcache_t tcache_boot, tcache_dead;
-/* Written once at bring-up, read by every fast-path call: a line of their own (the type's
-   alignment pads it to one), so that no write to a neighbour (a lock, a count at a thread's
-   start) takes the line out of every CPU's cache. */
+/* Written once at bring-up, read by every fast-path call (and cpu_fence by the per-CPU trade):
+   a line of their own (the type's alignment pads it to one), so that no write to a neighbour (a
+   lock, a count at a thread's start or exit) takes the line out of every CPU's cache. */
 typedef struct mag_consts {
   uintptr_t secret;    /* the free marker of block p is p ^ secret */
   ptrdiff_t rseq_area; /* glibc's __rseq_offset, once per-CPU is on */
+  bool cpu_fence;      /* os_fence_rseq works: CPUs' pairs trade without their locks, and idle CPUs'
+                          loaded magazines can be taken (mag_percpu.c) */
 } __attribute__((aligned(64))) mag_consts_t;
 extern MAGPIE_HIDDEN mag_consts_t mag_consts;
 /* Set before the first block is served (memcheck mode): every thread stays on tcache_dead, so

@@ -65,7 +65,6 @@ static unsigned mag_ncpus;
 /* The records set up (mag_registry_lock to write; atomic): 0 until the first thread takes
    per-CPU magazines, then mag_ncpus. Every walk over the CPUs walks this many. */
 static unsigned mag_ncpus_used;
-static bool mag_cpu_fence; /* os_fence_rseq works: idle CPUs' loaded magazines can be taken */
 
 mag_cpu_t *mag_cpu(unsigned cpu) {
   return (mag_cpu_t *)(mag_cpus + (size_t)cpu * sizeof(mag_cpu_t));
@@ -83,7 +82,7 @@ void mag_cpu_init(void) {
   if (!cpus) return;
   mag_consts.rseq_area = os_rseq_offset();
   mag_ncpus = n;
-  mag_cpu_fence = os_fence_rseq_register();
+  mag_consts.cpu_fence = os_fence_rseq_register();
   mag_cpus = cpus;
 #endif
 }
@@ -144,7 +143,7 @@ void mag_cpu_spread_lines(void **rounds, uint32_t n) {
    (theory 2). */
 static void mag_cpu_quiesce(unsigned cpu) {
 #if RSEQ_SUPPORTED
-  if (mag_cpu_fence && (unsigned)rseq_cpu(mag_consts.rseq_area) != cpu)
+  if (mag_consts.cpu_fence && (unsigned)rseq_cpu(mag_consts.rseq_area) != cpu)
     (void)os_fence_rseq(cpu); /* fails only for a CPU that is offline, where nothing runs */
 #else
   (void)cpu;
@@ -155,7 +154,7 @@ static void mag_cpu_quiesce(unsigned cpu) {
 /* Trades the pair of class c of the CPU the thread runs on where its loaded magazine ran out
    (alloc) or filled up (theory 2); returns whether it did. */
 static int mag_cpu_trade(char *cpus, unsigned c, int alloc) {
-  if (!mag_cpu_fence) return 0;
+  if (!mag_consts.cpu_fence) return 0;
   INJECT(INJECT_CPU_TRADE);
   return rseq_trade(cpus + MAG_CPU_SLOT(c), cpus + offsetof(mag_cpu_t, lock), mag_consts.rseq_area,
                     alloc);
@@ -276,7 +275,7 @@ void mag_cpu_reclaim(bool all) {
         mag_to_depot(&malloc_caches[c], mc->mags[c].prev);
         mc->mags[c].prev = &mag_empty;
         loaded[c] = mc->mags[c].loaded;
-        if (mag_cpu_fence && loaded[c] != &mag_empty) {
+        if (mag_consts.cpu_fence && loaded[c] != &mag_empty) {
           __atomic_store_n(&mc->mags[c].loaded, &mag_empty, __ATOMIC_RELAXED);
           taken = true;
         }
@@ -310,7 +309,8 @@ unsigned mag_cpu_lock_all(void) {
   unsigned n = mag_cpu_count();
   for (unsigned i = 0; i < n; i++)
     lock_acquire(&mag_cpu(i)->lock);
-  if (n && mag_cpu_fence) (void)os_fence_rseq_all(); /* no trade in flight on any (theory 2) */
+  if (n && mag_consts.cpu_fence)
+    (void)os_fence_rseq_all(); /* no trade in flight on any (theory 2) */
   return n;
 }
 
