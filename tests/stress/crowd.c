@@ -69,7 +69,8 @@ static void *worker(void *arg) {
 static void check_partial_slabs(void) {
   size_t len, cls, slabs, objects, out;
   const char *json = stress_stats_json(TEST, &len), *end = json + len;
-  const char *at = memmem(json, len, "\"classes\"", 9);
+  static const char classes[] = "\"classes\"";
+  const char *at = memmem(json, len, classes, sizeof classes - 1);
   if (!at) stress_fail(TEST ": the JSON statistics have no \"classes\"");
   unsigned checked = 0;
   while (stress_json_next(&at, end, "\"class\"", &cls) &&
