@@ -55,14 +55,14 @@
 #define DEPOT_HOT_EXCHANGES 64   /* a power of two */
 #define DEPOT_HOT_NS 10000000u   /* 10 ms: 6,400 exchanges a second */
 #define DEPOT_HOT_ROUNDS 32      /* a hot depot grows magazines smaller than this, no further */
-#define MAG_POOLS 9              /* magazine capacities 1, 2, 4, ..., MAG_CAP_MAX */
+#define MAG_POOLS 11             /* magazine capacities 1, 2, 4, ..., MAG_CAP_MAX */
 
 mag_t mag_empty = {0, 0, 0, 0, NULL};
 
 static meta_pool_t mag_pools[MAG_POOLS] = {
 #define MAG_POOL(k) META_POOL(META_LINES(sizeof(mag_t) + sizeof(void *) * ((size_t)1 << (k))))
-    MAG_POOL(0), MAG_POOL(1), MAG_POOL(2), MAG_POOL(3), MAG_POOL(4),
-    MAG_POOL(5), MAG_POOL(6), MAG_POOL(7), MAG_POOL(8),
+    MAG_POOL(0), MAG_POOL(1), MAG_POOL(2), MAG_POOL(3), MAG_POOL(4),  MAG_POOL(5),
+    MAG_POOL(6), MAG_POOL(7), MAG_POOL(8), MAG_POOL(9), MAG_POOL(10),
 #undef MAG_POOL
 };
 

@@ -5,7 +5,7 @@
 #include "cache.h"
 #include "export.h"
 
-#define MAG_CAP_MAX 256u /* the largest magazine depot_mag_new makes */
+#define MAG_CAP_MAX 1024u /* the largest magazine depot_mag_new makes */
 
 extern MAGPIE_HIDDEN mag_t mag_empty; /* the sentinel: no rounds, no room, never on a depot list */
 

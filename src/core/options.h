@@ -10,7 +10,7 @@
 #define OPT_STATS_JSON 2
 enum { OPT_HUGE_AUTO, OPT_HUGE_ALWAYS, OPT_HUGE_NEVER, OPT_HUGE_HUGETLB, OPT_HUGE_WORDS };
 extern const char *const opt_hugepages_words[OPT_HUGE_WORDS]; /* the option's values, by number */
-#define OPT_MAG_ROUNDS_MAX 256 /* the largest magazine (depot.h's MAG_CAP_MAX) */
+#define OPT_MAG_ROUNDS_MAX 256 /* the largest first magazine (cache.c) */
 
 typedef struct options {
   size_t stats;           /* report at exit: OPT_STATS_OFF, _TEXT or _JSON */

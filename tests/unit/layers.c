@@ -360,6 +360,19 @@ int main(int argc, char **argv) {
   for (unsigned c = 1; c <= SC_COUNT; c++)
     slab_check(&malloc_caches[c]);
   UCHECK(unit_total_slabs() == 0 && slab_arena.in_use == 0 && heap_arena.in_use == 0);
+  /* how far contention may grow each class's magazines (cache.c theory 2): 256 KiB of objects
+     and 256 rounds (2 rounds at least), or for blocks of 128 bytes and less 64 KiB and 1024
+     rounds */
+  for (unsigned c = 1; c <= SC_COUNT; c++) {
+    size_t size = sc_info[c].size, max = malloc_caches[c].depot.cap_max;
+    size_t bytes = size <= 128 ? (size_t)64 << 10 : (size_t)256 << 10;
+    size_t rounds = size <= 128 ? 1024 : 256;
+    UCHECK((max & (max - 1)) == 0 && max <= rounds && (max * size <= bytes || max == 2));
+    UCHECK(max == rounds || 2 * max * size > bytes || max < malloc_caches[c].depot.cap * 2);
+  }
+  UCHECK(malloc_caches[sc_of(64)].depot.cap_max == 1024 &&
+         malloc_caches[sc_of(128)].depot.cap_max == 512 &&
+         malloc_caches[sc_of(1024)].depot.cap_max == 256);
 
   /* 2. producer/consumer: the consumer's magazines go to the depot when it exits */
   for (int i = 0; i < HANDOFF; i++) {
