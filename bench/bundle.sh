@@ -14,8 +14,8 @@
 #
 #   bench/bundle.sh [-t THREADS] [-w WORK] [-b BUILD] [-n] [-P] [DEST]
 #     THREADS  comma-separated thread counts (default 1,4,16,64)
-#     WORK     factor on each program's total work (default 2: on 16 CPUs a run at 16 threads
-#              takes a tenth of one at 1 thread)
+#     WORK     factor on each program's total work (default 6: on 16 CPUs a run at 16 threads
+#              then takes 0.1-0.3 s, at 1 thread 0.6-3 s)
 #     BUILD    the build folder with libmagpie.so and bench/ (default $BUILD or build)
 #     -n       fetch nothing: leave out mimalloc3 unless it is already under BUILD/peers
 #     -P       no profiler: leave out perf, objdump and profile.sh (about 35 MiB)
@@ -23,7 +23,7 @@
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 threads=1,4,16,64
-work=2
+work=6
 build=$root/${BUILD:-build}
 fetch=yes
 profile=yes
