@@ -18,6 +18,7 @@
 #   SCALE=1            runs each program for this many times the plan's operations (-i): more
 #                      samples where the matrix's runs are short
 #   BUDGET_S=120       start no run after this many seconds
+#   PACK=1             at the end, OUTDIR becomes OUTDIR.tgz (tar czf), for the device
 set -u
 case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
 here=$(cd "$here" && pwd)
@@ -41,6 +42,12 @@ log=$out/profile.log
 data=$out/.perf.data
 : > "$log"
 
+# PACK=1: OUTDIR becomes OUTDIR.tgz, one file for the device's return trip, which brings back
+# only a handful of files a call (bench/README.md). tar is the one tool of the host this uses.
+pack() {
+  case $1 in */*) ;; *) set -- "./$1" ;; esac
+  tar czf "$1.tgz" -C "${1%/*}" "${1##*/}" && rm -r "$1" && echo "packed: $1.tgz"
+}
 now() { # whole seconds since boot
   read -r up _ < /proc/uptime
   echo "${up%.*}"
@@ -123,3 +130,4 @@ done
 rm -f "$data" "$data.old" "$out/.stdout"
 rm -rf "$out/.debug"
 echo "profile: $(( $(now) - start )) s; results in $out"
+if [ "${PACK:-0}" = 1 ]; then pack "$out"; fi

@@ -17,6 +17,7 @@
 #   WORKLOADS="larson prodcons"  only these workloads
 #   ALLOCATORS="glibc magpie"    only these allocators
 #   BUDGET_S=500            start no run after this many seconds (results so far are kept)
+#   PACK=1                  at the end, OUTDIR becomes OUTDIR.tgz (tar czf), for the device
 #   TIMEOUT_S=60            a run still going after this is killed (recorded as "timeout")
 #   STATS=0                 no exit reports from magpie's runs
 #   COUNTERS=0              no hardware counters (bench_rusage's BENCH_COUNTERS; where the
@@ -49,6 +50,12 @@ tmp=$out/.tmp
 mkdir -p "$tmp"
 [ "${STATS:-1}" = 0 ] || mkdir -p "$out/stats"
 
+# PACK=1: OUTDIR becomes OUTDIR.tgz, one file for the device's return trip, which brings back
+# only a handful of files a call (bench/README.md). tar is the one tool of the host this uses.
+pack() {
+  case $1 in */*) ;; *) set -- "./$1" ;; esac
+  tar czf "$1.tgz" -C "${1%/*}" "${1##*/}" && rm -r "$1" && echo "packed: $1.tgz"
+}
 now() { # whole seconds since boot
   read -r up _ < /proc/uptime
   echo "${up%.*}"
@@ -221,3 +228,4 @@ read -r load_end _ < /proc/loadavg
   echo "preloads=$preloads"
 } > "$out/machine.txt"
 echo "bundle: $runs runs in $(( $(now) - start )) s ($ended); results in $out"
+if [ "${PACK:-0}" = 1 ]; then pack "$out"; fi

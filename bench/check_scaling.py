@@ -5,9 +5,10 @@
                                  and magpie, one repetition, into a fresh folder, and checks it
   check_scaling.py bundle BUILD  builds a tiny device bundle (bench/bundle.sh: larson, 1 and 2
                                  threads, a fiftieth of the work, nothing fetched), runs its
-                                 runner with a PATH that holds only sh, mkdir, rm, cat and cp (no
-                                 python3) and one variant of magpie's options, summarises it with
-                                 scaling.py --from-bundle and checks; then runs its
+                                 runner with a PATH that holds only sh, mkdir, rm, cat, cp, tar
+                                 and gzip (no python3), one variant of magpie's options and
+                                 PACK=1, summarises the .tgz with scaling.py --from-bundle and
+                                 checks; then runs its
                                  profiler (profile.sh, perf) on larson at 2 threads under magpie
 
 The checks: the allocators' preloads were verified (magpie's exit report counted allocations);
@@ -118,24 +119,27 @@ def bundle_mode(build, tmp):
     print(p.stdout + p.stderr)
     if p.returncode != 0:
         return ["bundle.sh exited with status %d" % p.returncode]
-    # The device machine may have no python: the runner gets only a shell and four tools.
+    # The device machine may have no python: the runner gets only a shell and four tools, and
+    # tar (with gzip) to pack its output into one file (PACK=1).
     tools = os.path.join(tmp, "path")
     os.mkdir(tools)
-    for t in ("sh", "mkdir", "rm", "cat", "cp"):
+    for t in ("sh", "mkdir", "rm", "cat", "cp", "tar", "gzip"):
         os.symlink(shutil.which(t), os.path.join(tools, t))
     # A variant of two options, the second the file of an exit report: the report written
     # shows that both reached magpie ('+' made ',').
     report = os.path.join(tmp, "variant.json")
     variant = "stats=json+stats_file=" + report
     env = {"PATH": tools, "REPS": "1", "WORKLOADS": "larson", "ALLOCATORS": " ".join(ALLOCS),
-           "VARIANTS": variant}
+           "VARIANTS": variant, "PACK": "1"}
     p = subprocess.run(["sh", os.path.join(dest, "run.sh"), out], env=env, capture_output=True,
                        text=True)
     print(p.stdout + p.stderr)
     if p.returncode != 0:
         return ["the bundle's run.sh exited with status %d" % p.returncode]
-    p = subprocess.run([sys.executable, os.path.join(HERE, "scaling.py"), "--from-bundle", out],
-                       capture_output=True, text=True)
+    if os.path.exists(out) or not os.path.exists(out + ".tgz"):
+        return ["PACK=1 left %s and made no %s.tgz" % (out, out)]
+    p = subprocess.run([sys.executable, os.path.join(HERE, "scaling.py"), "--from-bundle",
+                        out + ".tgz"], capture_output=True, text=True)
     print(p.stdout[-2000:] + p.stderr)
     if p.returncode != 0:
         return ["scaling.py --from-bundle exited with status %d" % p.returncode]

@@ -6,6 +6,7 @@ magpie to the best peer in each cell, and an SVG of throughput against threads p
   python3 bench/run.py --scaling [--threads 1,2,4] [--allocators glibc,magpie] [--reps 3]
   python3 bench/scaling.py ...               the same, without run.py
   python3 bench/scaling.py --from-bundle DIR tables and chart of a device bundle's results
+                                             (DIR, or the DIR.tgz of its PACK=1)
   python3 bench/scaling.py --emit-plan FILE  the matrix's cells for bench/bundle.sh
 
 Each run is one program of bench/ under one allocator (LD_PRELOAD here; the bundle's runner,
@@ -38,6 +39,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from xml.sax.saxutils import escape
@@ -777,8 +779,24 @@ def save(data, base, csv_name=".csv"):
     print("wrote %s.md, .json, .svg and %s" % (os.path.relpath(base), csv_name))
 
 
+def unpack_bundle(path):
+    """The folder of a runner's output: path itself, or for OUTDIR.tgz (PACK=1) the folder
+    it holds, unpacked beside it."""
+    if not path.endswith(".tgz"):
+        return path
+    with tarfile.open(path) as tar:
+        names = [m.name for m in tar.getmembers()]
+        top = {n.split("/")[0] for n in names}
+        if len(top) != 1 or any(n.startswith("/") or ".." in n.split("/") for n in names):
+            sys.exit("scaling.py: %s does not hold one folder" % path)
+        tar.extractall(os.path.dirname(os.path.abspath(path)))
+    return os.path.join(os.path.dirname(os.path.abspath(path)), top.pop())
+
+
 def from_bundle(folder, note):
-    """Summarises a bundle runner's output folder (runs.csv, machine.txt, allocators.txt)."""
+    """Summarises a bundle runner's output folder (runs.csv, machine.txt, allocators.txt), or
+    the .tgz that PACK=1 made of it."""
+    folder = unpack_bundle(folder)
     with open(os.path.join(folder, "runs.csv"), newline="") as f:
         rows = list(csv.DictReader(f))
     machine = {}
@@ -823,7 +841,8 @@ def parser():
     ap.add_argument("--no-save", action="store_true")
     ap.add_argument("--list", action="store_true", help="list the workloads and exit")
     ap.add_argument("--dry-run", action="store_true", help="print the plan; run nothing")
-    ap.add_argument("--from-bundle", metavar="DIR", help="summarise a bundle runner's results")
+    ap.add_argument("--from-bundle", metavar="DIR",
+                    help="summarise a bundle runner's results (a folder, or its .tgz)")
     ap.add_argument("--emit-plan", metavar="FILE", help="write the cells for bench/bundle.sh")
     ap.add_argument("--work", type=float, default=1.0,
                     help="the programs' total work (-i) times this (default 1; more for longer "
