@@ -793,9 +793,9 @@ def unpack_bundle(path):
     return os.path.join(os.path.dirname(os.path.abspath(path)), top.pop())
 
 
-def from_bundle(folder, note):
+def from_bundle(folder, note, keep=True):
     """Summarises a bundle runner's output folder (runs.csv, machine.txt, allocators.txt), or
-    the .tgz that PACK=1 made of it."""
+    the .tgz that PACK=1 made of it; keep: write the tables and the chart into the folder."""
     folder = unpack_bundle(folder)
     with open(os.path.join(folder, "runs.csv"), newline="") as f:
         rows = list(csv.DictReader(f))
@@ -816,7 +816,8 @@ def from_bundle(folder, note):
     data = build_data(rows, allocs, [], machine, reps, ["--from-bundle", folder], note,
                       machine.get("preloads") == "ok",
                       magpie_counters(os.path.join(folder, "stats")))
-    save(data, os.path.join(folder, "scaling"), "runs.csv")
+    if keep:
+        save(data, os.path.join(folder, "scaling"), "runs.csv")
     print(report(data))
     return 0
 
@@ -838,7 +839,7 @@ def parser():
     ap.add_argument("--timeout", type=int, default=TIMEOUT_S, help="seconds per run")
     ap.add_argument("--note", default="", help="a line on the machine's state, in the results")
     ap.add_argument("--no-deps", action="store_true", help="do not run scripts/bench-deps.sh")
-    ap.add_argument("--no-save", action="store_true")
+    ap.add_argument("--no-save", action="store_true", help="print only; write no files")
     ap.add_argument("--list", action="store_true", help="list the workloads and exit")
     ap.add_argument("--dry-run", action="store_true", help="print the plan; run nothing")
     ap.add_argument("--from-bundle", metavar="DIR",
@@ -853,7 +854,7 @@ def parser():
 def main(argv=None):
     args = parser().parse_args(argv)
     if args.from_bundle:
-        return from_bundle(args.from_bundle, args.note)
+        return from_bundle(args.from_bundle, args.note, not args.no_save)
     try:
         threads = [int(t) for t in args.threads.split(",")] if args.threads else THREADS
     except ValueError:
