@@ -5,6 +5,7 @@
 # one line starting "RESULT NAME ". With a PRELOAD, the workload also runs with magpie's exit
 # report on (MAGPIE_OPTIONS=stats=1), which must show that magpie served its allocations: a
 # preload that failed to load (ld.so only warns) leaves the workload on glibc, and no report.
+# SMOKE_MAX=KEY=LIMIT: the RESULT line's KEY must also be there and at most LIMIT.
 preload=$1
 name=$2
 shift 2
@@ -32,5 +33,14 @@ fi
 if [ -n "$preload" ] && [ "$served" -eq 0 ]; then
   echo "smoke: $name ran without magpie: no exit report counting allocations ($preload)" >&2
   exit 1
+fi
+if [ -n "${SMOKE_MAX:-}" ]; then
+  key=${SMOKE_MAX%%=*}
+  limit=${SMOKE_MAX#*=}
+  value=$(printf '%s\n' "$out" | grep "^RESULT $name " | tr ' ' '\n' | grep "^$key=" | cut -d= -f2)
+  if [ -z "$value" ] || ! awk -v v="$value" -v l="$limit" 'BEGIN { exit !(v + 0 <= l + 0) }'; then
+    echo "smoke: $name's $key is ${value:-missing}, above $limit" >&2
+    exit 1
+  fi
 fi
 exit 0

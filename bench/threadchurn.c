@@ -9,7 +9,14 @@
  * cache line). -i is the total number of operations, shared equally by the threads, so the time
  * at 2, 8 or 64 threads is for the same amount of work.
  *
- *   threadchurn [-t threads] [-i ops] [-n slots per thread] [-s seed]
+ * -m share adds, once every thread has done its operations and while each still holds its
+ * blocks, how the threads' live blocks lie: the percentage of the 64-byte lines, and of the
+ * 4 KiB pages, that hold blocks of two threads or more. An allocator that gives threads blocks
+ * of the same lines makes them write each other's lines (false sharing); of the same pages,
+ * share what the processors fetch around a line. The figures are the layout's, not the
+ * timing's: the same on two CPUs as on many (the time is then not comparable).
+ *
+ *   threadchurn [-t threads] [-i ops] [-n slots per thread] [-s seed] [-m share]
  */
 #include "bench.h"
 
@@ -19,12 +26,63 @@
 static const char usage[] =
     "threadchurn: each thread frees and allocates random small blocks of its own\n"
     "  -t threads (default 2)   -i total operations (default 8000000)\n"
-    "  -n slots per thread (default 1024)   -s seed\n";
+    "  -n slots per thread (default 1024)   -s seed\n"
+    "  -m share: also the percentage of lines and pages holding two threads' blocks\n";
+
+/* -m share: (unit, thread) for every line (page) a live block touches, of every thread. */
+typedef struct {
+  uintptr_t unit;
+  int thread;
+} touch_t;
+typedef struct {
+  pthread_mutex_t lock;
+  pthread_barrier_t held; /* every thread has done its operations and holds its blocks */
+  touch_t *touches;
+  size_t n, cap;
+} share_t;
+static share_t *share;
+
+/* Records the units of 1 << shift bytes that thread's live blocks in slot[0..n) touch. */
+static void share_add(const bench_block_t *slot, long n, int thread, int shift) {
+  pthread_mutex_lock(&share->lock);
+  for (long i = 0; i < n; i++) {
+    if (slot[i].p == NULL) continue;
+    uintptr_t a = (uintptr_t)slot[i].p;
+    for (uintptr_t u = a >> shift; u <= (a + slot[i].size - 1) >> shift; u++) {
+      if (share->n == share->cap) bench_die("threadchurn -m share: table full");
+      share->touches[share->n++] = (touch_t){u << 1 | (uintptr_t)(shift == 12), thread};
+    }
+  }
+  pthread_mutex_unlock(&share->lock);
+}
+
+static int touch_cmp(const void *a, const void *b) {
+  const touch_t *x = a, *y = b;
+  if (x->unit != y->unit) return x->unit < y->unit ? -1 : 1;
+  return (x->thread > y->thread) - (x->thread < y->thread);
+}
+
+/* Prints the percentage of lines and of pages that two threads' blocks or more touch. */
+static void share_report(void) {
+  qsort(share->touches, share->n, sizeof(touch_t), touch_cmp);
+  size_t units[2] = {0, 0}, shared[2] = {0, 0};
+  for (size_t i = 0, j; i < share->n; i = j) {
+    int two = 0;
+    for (j = i; j < share->n && share->touches[j].unit == share->touches[i].unit; j++)
+      two |= share->touches[j].thread != share->touches[i].thread;
+    units[share->touches[i].unit & 1]++;
+    shared[share->touches[i].unit & 1] += two;
+  }
+  printf(" lines_shared_pct=%.2f pages_shared_pct=%.2f",
+         units[0] ? 100.0 * (double)shared[0] / (double)units[0] : 0.0,
+         units[1] ? 100.0 * (double)shared[1] / (double)units[1] : 0.0);
+}
 
 typedef struct {
   long ops;      /* operations this thread does */
   long nslots;   /* slots it keeps */
   uint64_t seed; /* of its random numbers */
+  int index;     /* the thread's number (-m share) */
   char pad[BENCH_LINE];
 } job_t;
 
@@ -39,6 +97,12 @@ static void *worker(void *arg) {
     if (b->p != NULL) bench_block_drop(b, "threadchurn");
     bench_block_new(b, bench_logsize(&r, SIZE_MIN, SIZE_MAX_), &r);
   }
+  if (share) {
+    pthread_barrier_wait(&share->held);
+    share_add(slot, j->nslots, j->index, 6);
+    share_add(slot, j->nslots, j->index, 12);
+    pthread_barrier_wait(&share->held); /* no block freed before every thread has looked */
+  }
   for (long i = 0; i < j->nslots; i++)
     if (slot[i].p != NULL) bench_block_drop(&slot[i], "threadchurn");
   free(slot);
@@ -50,6 +114,17 @@ int main(int argc, char **argv) {
   bench_parse(argc, argv, &a, usage);
   int t = a.threads;
   if (a.n < 1) bench_die("-n must be >= 1");
+  if (a.mode != NULL) {
+    if (strcmp(a.mode, "share") != 0) bench_die("-m takes share, not %s", a.mode);
+    share = calloc(1, sizeof(*share));
+    if (share == NULL) bench_die("out of memory");
+    /* a block of at most SIZE_MAX_ bytes touches 9 lines and 2 pages at most */
+    share->cap = (size_t)t * (size_t)a.n * (SIZE_MAX_ / 64 + 1 + 2);
+    share->touches = malloc(share->cap * sizeof(touch_t));
+    if (share->touches == NULL) bench_die("out of memory");
+    pthread_mutex_init(&share->lock, NULL);
+    pthread_barrier_init(&share->held, NULL, (unsigned)t);
+  }
   job_t *jobs = calloc((size_t)t, sizeof(*jobs));
   pthread_t *tids = calloc((size_t)t, sizeof(pthread_t));
   if (jobs == NULL || tids == NULL) bench_die("out of memory");
@@ -58,14 +133,17 @@ int main(int argc, char **argv) {
     jobs[i].ops = per;
     jobs[i].nslots = a.n;
     jobs[i].seed = a.seed * 1000003u + (uint64_t)i;
+    jobs[i].index = i;
   }
   double t0 = bench_now();
   bench_spawn(tids, t, worker, jobs, sizeof(*jobs), NULL, 0);
   bench_join(tids, t);
   double secs = bench_now() - t0;
   double ops = (double)per * t;
-  printf("RESULT threadchurn time=%.4f threads=%d ops=%.0f mops_per_s=%.2f\n", secs, t, ops,
+  printf("RESULT threadchurn time=%.4f threads=%d ops=%.0f mops_per_s=%.2f", secs, t, ops,
          ops / secs / 1e6);
+  if (share) share_report();
+  printf("\n");
   free(jobs);
   free(tids);
   return 0;
