@@ -30,7 +30,9 @@
  *   6. Passive false sharing (Hoard's cache-scratch): a block freed by a thread (on a CPU)
  *      holding no magazine of its class was allocated elsewhere; kept, it would be the next
  *      block handed out here. So it goes back to its slab, and the pair gets an empty magazine
- *      for its next frees.
+ *      for its next frees. A CPU's magazines serve many threads, so on them the test is the
+ *      thread's own: its first free of a class, before it ever allocated one, sends the block
+ *      home (the free count starts at MAG_FREES_UNSEEN, whose top bit makes that free miss).
  *   7. Counting: each thread counts its operations, 64-bit beside its own magazines, 32-bit on
  *      per-CPU magazines (mag.h), folded into mag_folded before they wrap. Held bytes (out of
  *      the slab layer, in magazines or live) change at each magazine movement.
@@ -134,6 +136,8 @@ static tcache_t *mag_thread_start(void) {
   tc->cpus = cpus;
   for (unsigned c = 0; c <= SC_COUNT && !cpus; c++)
     tc->own[c].mags = (mag_pair_t)MAG_PAIR_EMPTY;
+  for (unsigned c = 1; c <= SC_COUNT && cpus; c++)
+    tc->cpu_counts[c].frees = MAG_FREES_UNSEEN;
   tc->sample_left = mag_sample_countdown();
   tc->stack = (uintptr_t)__builtin_frame_address(0);
   tc->tid = os_thread_id();
@@ -164,12 +168,14 @@ static void mag_count_miss(tcache_t *tc, unsigned c, bool alloc) {
    mag_folded once the top bit of either is set (the fast path then misses, mag.h). */
 static void mag_fold_cpu_counts(tcache_t *tc, unsigned c) {
   mag_counts_cpu_t *n = &tc->cpu_counts[c];
-  if (!tc->cpus || ((STAT_READ(n->allocs) | STAT_READ(n->frees)) >> 31) == 0) return;
+  if (!tc->cpus) return;
+  uint32_t frees = mag_frees_seen(STAT_READ(n->frees));
+  if (((STAT_READ(n->allocs) | frees) >> 31) == 0) return;
   lock_acquire(&mag_registry_lock);
   mag_folded.allocs[c] += STAT_READ(n->allocs);
-  mag_folded.frees[c] += STAT_READ(n->frees);
-  __atomic_store_n(&n->allocs, 0, __ATOMIC_RELAXED); /* only the owner writes them */
-  __atomic_store_n(&n->frees, 0, __ATOMIC_RELAXED);
+  mag_folded.frees[c] += frees;
+  __atomic_store_n(&n->allocs, 0, __ATOMIC_RELAXED);           /* only the owner writes them */
+  if (frees) __atomic_store_n(&n->frees, 0, __ATOMIC_RELAXED); /* UNSEEN stays */
   lock_release(&mag_registry_lock);
 }
 
@@ -382,6 +388,14 @@ void mag_free(unsigned c, void *p) {
     report_heap_error("double free", p, "block already free");
   *(uintptr_t *)p = a ^ mag_consts.secret;
   tcache_t *tc = mag_self();
+  if (tc->cpus && STAT_READ(tc->cpu_counts[c].frees) == MAG_FREES_UNSEEN) {
+    bool home = STAT_READ(tc->cpu_counts[c].allocs) == 0; /* allocated elsewhere (theory 6) */
+    __atomic_store_n(&tc->cpu_counts[c].frees, home, __ATOMIC_RELAXED); /* else counted below */
+    if (home) {
+      mag_direct_free(&malloc_caches[c], p);
+      return;
+    }
+  }
   mag_fold_cpu_counts(tc, c);
   if (fast_push(tc, c, p)) return; /* counted */
 #if RSEQ_SUPPORTED
@@ -445,7 +459,7 @@ static void mag_sum_thread(mag_totals_t *sum, tcache_t *tc) {
   for (unsigned c = 1; c <= SC_COUNT; c++) {
     if (tc->cpus) {
       sum->allocs[c] += STAT_READ(tc->cpu_counts[c].allocs);
-      sum->frees[c] += STAT_READ(tc->cpu_counts[c].frees);
+      sum->frees[c] += mag_frees_seen(STAT_READ(tc->cpu_counts[c].frees));
     } else {
       sum->allocs[c] += STAT_READ(tc->own[c].count.allocs);
       sum->frees[c] += STAT_READ(tc->own[c].count.frees);

@@ -32,8 +32,15 @@ typedef struct mag_counts {
    slow path moves both into the process's totals, long before either could wrap. */
 typedef struct mag_counts_cpu {
   uint32_t allocs;
-  uint32_t frees;
+  uint32_t frees; /* MAG_FREES_UNSEEN until the thread's first free of the class */
 } mag_counts_cpu_t;
+
+/* A count no thread reaches (the slow path folds counts at 1 << 31), whose top bit makes the
+   thread's first free of the class miss: mag.c theory 6. */
+#define MAG_FREES_UNSEEN UINT32_MAX
+static inline uint32_t mag_frees_seen(uint32_t frees) {
+  return frees == MAG_FREES_UNSEEN ? 0 : frees;
+}
 
 /* One cache of a thread with magazines of its own: the pair and the thread's counts in half a
    line, which a fast-path call reads and writes whole. */

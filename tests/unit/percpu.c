@@ -149,6 +149,44 @@ static void *fold_user(void *arg) {
   return NULL;
 }
 
+/* Passive false sharing on a CPU's magazines (mag.c theory 6): a thread frees a block that
+   another thread allocated, of a class it never allocated itself, on a CPU whose magazines of
+   the class hold blocks (a warmer thread freed some there first); its next allocation of the
+   class must not hand that block straight back. */
+#define SCRATCH_SIZE 7000 /* a class nothing else here uses */
+static void *scratch_block;
+static int scratch_cpu;
+
+static void pin_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  UCHECK(pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0 && sched_getcpu() == cpu);
+}
+
+static void *scratch_warmer(void *arg) {
+  (void)arg;
+  pin_to(scratch_cpu);
+  void *a = magpie_malloc(SCRATCH_SIZE), *b = magpie_malloc(SCRATCH_SIZE);
+  UCHECK(a && b && mag_tls->cpus != NULL);
+  magpie_free(a);
+  magpie_free(b);
+  return NULL;
+}
+
+static void *scratch_user(void *arg) {
+  (void)arg;
+  pin_to(scratch_cpu);
+  unsigned c = sc_of(SCRATCH_SIZE);
+  magpie_free(scratch_block); /* the thread's first call: its tcache starts here */
+  UCHECK(mag_tls->cpus != NULL && mag_tls->cpu_counts[c].frees == 1);
+  UCHECK(mag_tls->cpu_counts[c + 1].frees == MAG_FREES_UNSEEN);
+  void *p = magpie_malloc(SCRATCH_SIZE);
+  UCHECK(p != NULL && p != scratch_block && mag_tls->cpu_counts[c].allocs == 1);
+  magpie_free(p);
+  return NULL;
+}
+
 /* Stays on its CPU and, TRADE_ROUNDS times, allocates half a magazine's worth of TRADE_SIZE
    blocks and frees them: from where the warm-up leaves the pair, each round crosses the loaded
    magazine's edge once each way (checked), which a trade between the CPU's two magazines
@@ -295,6 +333,15 @@ int main(int argc, char **argv) {
 
   /* 4. 32-bit counts are folded before they wrap */
   UCHECK(pthread_create(&q, NULL, fold_user, NULL) == 0);
+  UCHECK(pthread_join(q, NULL) == 0);
+
+  /* 4b. a block freed by a thread that never allocated its class goes home, not to the CPU's
+     magazine that the thread's next allocation pops */
+  scratch_cpu = sched_getcpu();
+  UCHECK((scratch_block = magpie_malloc(SCRATCH_SIZE)) != NULL);
+  UCHECK(pthread_create(&q, NULL, scratch_warmer, NULL) == 0);
+  UCHECK(pthread_join(q, NULL) == 0);
+  UCHECK(pthread_create(&q, NULL, scratch_user, NULL) == 0);
   UCHECK(pthread_join(q, NULL) == 0);
 
   /* 5. a CPU's two magazines trade places without its lock (only where the fence works) */
