@@ -42,16 +42,7 @@ log=$out/profile.log
 data=$out/.perf.data
 : > "$log"
 
-# PACK=1: OUTDIR becomes OUTDIR.tgz, one file for the device's return trip, which brings back
-# only a handful of files a call (bench/README.md). tar is the one tool of the host this uses.
-pack() {
-  case $1 in */*) ;; *) set -- "./$1" ;; esac
-  tar czf "$1.tgz" -C "${1%/*}" "${1##*/}" && rm -r "$1" && echo "packed: $1.tgz"
-}
-now() { # whole seconds since boot
-  read -r up _ < /proc/uptime
-  echo "${up%.*}"
-}
+. "$here/helpers.sh" # now, pack
 run_perf() { # perf, under the bundled ld.so, writing no build-id cache into the home folder
   HOME=$out "$ld" --library-path "$libs" "$perf" "$@"
 }

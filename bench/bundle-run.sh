@@ -50,16 +50,7 @@ tmp=$out/.tmp
 mkdir -p "$tmp"
 [ "${STATS:-1}" = 0 ] || mkdir -p "$out/stats"
 
-# PACK=1: OUTDIR becomes OUTDIR.tgz, one file for the device's return trip, which brings back
-# only a handful of files a call (bench/README.md). tar is the one tool of the host this uses.
-pack() {
-  case $1 in */*) ;; *) set -- "./$1" ;; esac
-  tar czf "$1.tgz" -C "${1%/*}" "${1##*/}" && rm -r "$1" && echo "packed: $1.tgz"
-}
-now() { # whole seconds since boot
-  read -r up _ < /proc/uptime
-  echo "${up%.*}"
-}
+. "$here/helpers.sh" # now, pack
 member() { # word list: is word in list (an empty list holds everything)
   [ -z "$2" ] && return 0
   for x in $2; do [ "$x" = "$1" ] && return 0; done

@@ -7,10 +7,10 @@
 # they load (libc, libm, libstdc++, libgcc_s, ...), so every program runs as
 #   bundle/ld-linux-x86-64.so.2 --library-path bundle/lib [--preload bundle/libX.so] bundle/prog
 # with nothing of the host's but its kernel. Also: plan.txt (the cells: name|threads|program|
-# arguments, from scaling.py --emit-plan), allocators.txt (name|library|version) and run.sh (the
-# runner, bench/bundle-run.sh: POSIX sh, no python); where the host has perf and objdump, they
-# too with profile.sh (bench/bundle-profile.sh: sampled profiles of chosen cells). bench/README.md
-# says how to run it.
+# arguments, from scaling.py --emit-plan), allocators.txt (name|library|version), run.sh (the
+# runner, bench/bundle-run.sh: POSIX sh, no python) and helpers.sh (bench/bundle-helpers.sh,
+# which it and profile.sh source); where the host has perf and objdump, they too with profile.sh
+# (bench/bundle-profile.sh: sampled profiles of chosen cells). bench/README.md says how to run it.
 #
 #   bench/bundle.sh [-t THREADS] [-w WORK] [-b BUILD] [-n] [-P] [DEST]
 #     THREADS  comma-separated thread counts (default 1,4,16,64)
@@ -102,5 +102,6 @@ cp -L /lib64/ld-linux-x86-64.so.2 "$dest/ld-linux-x86-64.so.2"
 python3 "$root/bench/scaling.py" --emit-plan "$dest/plan.txt" --threads "$threads" --work "$work"
 cp "$root/bench/bundle-run.sh" "$dest/run.sh"
 chmod +x "$dest/run.sh"
+cp "$root/bench/bundle-helpers.sh" "$dest/helpers.sh"
 echo "bundle: $dest ($(du -sh "$dest" | cut -f1); $(wc -l < "$dest/plan.txt") cells," \
   "$(wc -l < "$dest/allocators.txt") allocators)"
