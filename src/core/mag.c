@@ -134,10 +134,11 @@ static tcache_t *mag_thread_start(void) {
     return mag_tls = &tcache_dead;
   }
   tc->cpus = cpus;
-  for (unsigned c = 0; c <= SC_COUNT && !cpus; c++)
-    tc->own[c].mags = (mag_pair_t)MAG_PAIR_EMPTY;
-  for (unsigned c = 1; c <= SC_COUNT && cpus; c++)
-    tc->cpu_counts[c].frees = MAG_FREES_UNSEEN;
+  for (unsigned c = 0; c <= SC_COUNT; c++) /* the layout the thread uses (tcache_t) */
+    if (cpus)
+      tc->cpu_counts[c].frees = MAG_FREES_UNSEEN;
+    else
+      tc->own[c].mags = (mag_pair_t)MAG_PAIR_EMPTY;
   tc->sample_left = mag_sample_countdown();
   tc->stack = (uintptr_t)__builtin_frame_address(0);
   tc->tid = os_thread_id();
