@@ -8,8 +8,8 @@
                                  runner with a PATH that holds only sh, mkdir, rm, cat, cp, tar
                                  and gzip (no python3), one variant of magpie's options and
                                  PACK=1, summarises the .tgz with scaling.py --from-bundle and
-                                 checks; then runs its
-                                 profiler (profile.sh, perf) on larson at 2 threads under magpie
+                                 checks; then runs its profiler (profile.sh, perf) on larson at 2
+                                 threads under magpie
 
 The checks: the allocators' preloads were verified (magpie's exit report counted allocations);
 the CSV has one line per run, each with status 0 and a RESULT line; every cell has a positive

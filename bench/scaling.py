@@ -784,13 +784,14 @@ def unpack_bundle(path):
     it holds, unpacked beside it."""
     if not path.endswith(".tgz"):
         return path
+    beside = os.path.dirname(os.path.abspath(path))
     with tarfile.open(path) as tar:
         names = [m.name for m in tar.getmembers()]
         top = {n.split("/")[0] for n in names}
         if len(top) != 1 or any(n.startswith("/") or ".." in n.split("/") for n in names):
             sys.exit("scaling.py: %s does not hold one folder" % path)
-        tar.extractall(os.path.dirname(os.path.abspath(path)))
-    return os.path.join(os.path.dirname(os.path.abspath(path)), top.pop())
+        tar.extractall(beside)
+    return os.path.join(beside, top.pop())
 
 
 def from_bundle(folder, note, keep=True):
