@@ -27,9 +27,18 @@ static const char usage[] =
     "threadchurn: each thread frees and allocates random small blocks of its own\n"
     "  -t threads (default 2)   -i total operations (default 8000000)\n"
     "  -n slots per thread (default 1024)   -s seed\n"
-    "  -m share: also the percentage of lines and pages holding two threads' blocks\n";
+    "  -m share: also the percentage of lines, line pairs and pages holding two threads' "
+    "blocks\n";
 
-/* -m share: (unit, thread) for every line (page) a live block touches, of every thread. */
+/* -m share: the spans it looks at, by their size's log2: cache lines; the pairs of lines that
+   Intel's spatial prefetcher fetches together (a thread's access to one line pulls its partner
+   in, so two threads writing partners contend as if they shared a line); pages. */
+#define SHARE_KINDS 3
+static const int share_shift[SHARE_KINDS] = {6, 7, 12};
+static const char *const share_name[SHARE_KINDS] = {"lines", "pairs", "pages"};
+
+/* (unit, thread) for every span a live block touches, of every thread: unit is the span's
+   number times SHARE_KINDS plus its kind. */
 typedef struct {
   uintptr_t unit;
   int thread;
@@ -42,15 +51,18 @@ typedef struct {
 } share_t;
 static share_t *share;
 
-/* Records the units of 1 << shift bytes that thread's live blocks in slot[0..n) touch. */
-static void share_add(const bench_block_t *slot, long n, int thread, int shift) {
+/* Records the spans of every kind that thread's live blocks in slot[0..n) touch. */
+static void share_add(const bench_block_t *slot, long n, int thread) {
   pthread_mutex_lock(&share->lock);
   for (long i = 0; i < n; i++) {
     if (slot[i].p == NULL) continue;
     uintptr_t a = (uintptr_t)slot[i].p;
-    for (uintptr_t u = a >> shift; u <= (a + slot[i].size - 1) >> shift; u++) {
-      if (share->n == share->cap) bench_die("threadchurn -m share: table full");
-      share->touches[share->n++] = (touch_t){u << 1 | (uintptr_t)(shift == 12), thread};
+    for (int k = 0; k < SHARE_KINDS; k++) {
+      int shift = share_shift[k];
+      for (uintptr_t u = a >> shift; u <= (a + slot[i].size - 1) >> shift; u++) {
+        if (share->n == share->cap) bench_die("threadchurn -m share: table full");
+        share->touches[share->n++] = (touch_t){u * SHARE_KINDS + (uintptr_t)k, thread};
+      }
     }
   }
   pthread_mutex_unlock(&share->lock);
@@ -62,20 +74,20 @@ static int touch_cmp(const void *a, const void *b) {
   return (x->thread > y->thread) - (x->thread < y->thread);
 }
 
-/* Prints the percentage of lines and of pages that two threads' blocks or more touch. */
+/* Prints, for each kind, the percentage of spans that two threads' blocks or more touch. */
 static void share_report(void) {
   qsort(share->touches, share->n, sizeof(touch_t), touch_cmp);
-  size_t units[2] = {0, 0}, shared[2] = {0, 0};
+  size_t units[SHARE_KINDS] = {0}, shared[SHARE_KINDS] = {0};
   for (size_t i = 0, j; i < share->n; i = j) {
     int two = 0;
     for (j = i; j < share->n && share->touches[j].unit == share->touches[i].unit; j++)
       two |= share->touches[j].thread != share->touches[i].thread;
-    units[share->touches[i].unit & 1]++;
-    shared[share->touches[i].unit & 1] += two;
+    units[share->touches[i].unit % SHARE_KINDS]++;
+    shared[share->touches[i].unit % SHARE_KINDS] += two;
   }
-  printf(" lines_shared_pct=%.2f pages_shared_pct=%.2f",
-         units[0] ? 100.0 * (double)shared[0] / (double)units[0] : 0.0,
-         units[1] ? 100.0 * (double)shared[1] / (double)units[1] : 0.0);
+  for (int k = 0; k < SHARE_KINDS; k++)
+    printf(" %s_shared_pct=%.2f", share_name[k],
+           units[k] ? 100.0 * (double)shared[k] / (double)units[k] : 0.0);
 }
 
 typedef struct {
@@ -99,8 +111,7 @@ static void *worker(void *arg) {
   }
   if (share) {
     pthread_barrier_wait(&share->held);
-    share_add(slot, j->nslots, j->index, 6);
-    share_add(slot, j->nslots, j->index, 12);
+    share_add(slot, j->nslots, j->index);
     pthread_barrier_wait(&share->held); /* no block freed before every thread has looked */
   }
   for (long i = 0; i < j->nslots; i++)
@@ -118,8 +129,8 @@ int main(int argc, char **argv) {
     if (strcmp(a.mode, "share") != 0) bench_die("-m takes share, not %s", a.mode);
     share = calloc(1, sizeof(*share));
     if (share == NULL) bench_die("out of memory");
-    /* a block of at most SIZE_MAX_ bytes touches 9 lines and 2 pages at most */
-    share->cap = (size_t)t * (size_t)a.n * (SIZE_MAX_ / 64 + 1 + 2);
+    /* a block of at most SIZE_MAX_ bytes touches 9 lines, 5 pairs and 2 pages at most */
+    share->cap = (size_t)t * (size_t)a.n * (SIZE_MAX_ / 64 + 1 + SIZE_MAX_ / 128 + 1 + 2);
     share->touches = malloc(share->cap * sizeof(touch_t));
     if (share->touches == NULL) bench_die("out of memory");
     pthread_mutex_init(&share->lock, NULL);
