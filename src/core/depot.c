@@ -60,7 +60,9 @@
 mag_t mag_empty = {0, 0, 0, 0, NULL};
 
 static meta_pool_t mag_pools[MAG_POOLS] = {
-#define MAG_POOL(k) META_POOL(META_LINES(sizeof(mag_t) + sizeof(void *) * ((size_t)1 << (k))))
+/* Room for one word above the last round: a thread's loaded magazine marks its end there (mag.c
+   theory 8). */
+#define MAG_POOL(k) META_POOL(META_LINES(sizeof(mag_t) + sizeof(void *) * (((size_t)1 << (k)) + 1)))
     MAG_POOL(0), MAG_POOL(1), MAG_POOL(2), MAG_POOL(3), MAG_POOL(4),  MAG_POOL(5),
     MAG_POOL(6), MAG_POOL(7), MAG_POOL(8), MAG_POOL(9), MAG_POOL(10),
 #undef MAG_POOL

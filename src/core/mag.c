@@ -8,8 +8,8 @@
  *
  * Theory
  *   1. Allocation pops from the loaded magazine, free pushes onto it (mag_fast.h). When it is
- *      empty (full) the previous one is tried, and only when both are is a magazine traded
- *      with the depot: a miss costs one depot trip per `cap` operations at worst, and
+ *      empty (full) the previous one is tried (theory 8), and only when both are is a magazine
+ *      traded with the depot: a miss costs one depot trip per `cap` operations at worst, and
  *      alternating alloc and free never reaches the depot.
  *   2. The empty-magazine trick (kmem): a thread starts on tcache_boot, whose magazines are the
  *      shared sentinel mag_empty (no rounds, no room). Its first allocation misses and the miss
@@ -36,6 +36,17 @@
  *   7. Counting: each thread counts its operations, 64-bit beside its own magazines, 32-bit on
  *      per-CPU magazines (mag.h), folded into mag_folded before they wrap. Held bytes (out of
  *      the slab layer, in magazines or live) change at each magazine movement.
+ *   8. A thread's own loaded magazine of a malloc class is its top: a pointer to the slot above
+ *      its last round. Loading it (mag_top_load) writes its end mark, its address with the low
+ *      bit set, below its first round (into its depot link, unused while loaded) and above its
+ *      last possible one (rounds[cap]: magazines are made one word longer). Blocks are 16-byte
+ *      aligned, so the fast path tells a round from a mark by the low bit: a pop reads the
+ *      word below the top, a push the word at it, and neither reads the header; the count n
+ *      is stale until the magazine is unloaded (mag_top_unload: one read at either end, else
+ *      a walk down to the lower mark). The top is one word, which the reaper exchanges
+ *      (mag_reclaim.c); MAG_TOP_NONE is the sentinel. Trading the pair, when the loaded
+ *      magazine ran out (filled up) and the previous one can serve, is the slow path's first
+ *      step, still without the lock (mag_own_trade), as for a CPU's pair.
  * Locking: mag_registry_lock guards the registry and mag_folded; a tcache's lock, its owner's
  * slow paths of malloc's classes against the reaper. front/fork.c writes the order.
  */
@@ -66,8 +77,13 @@ _Static_assert(offsetof(mag_t, n) == 0 && offsetof(mag_t, cap) == 4 &&
 _Static_assert(offsetof(tcache_t, own) % 32 != 0, "keep tcache_t's classes off a 32-byte offset");
 _Static_assert(sizeof(mag_consts_t) == OS_LINE, "the fast path's constants fill one line");
 
-tcache_t tcache_boot = {.own = {[0 ... SC_COUNT] = {MAG_PAIR_EMPTY, {0, 0}}}};
-tcache_t tcache_dead = {.own = {[0 ... SC_COUNT] = {MAG_PAIR_EMPTY, {0, 0}}}};
+_Static_assert(sizeof(own_class_t) == 32, "a class of a thread's own magazines in half a line");
+_Static_assert(offsetof(mag_t, next) + sizeof(void *) == offsetof(mag_t, rounds),
+               "a loaded magazine's depot link is the word below its first round (theory 8)");
+
+void *mag_top_none[2] = {(void *)1, (void *)1}; /* the end marks of no magazine */
+tcache_t tcache_boot = {.own = {[0 ... SC_COUNT] = {MAG_TOP_NONE, &mag_empty, {0, 0}}}};
+tcache_t tcache_dead = {.own = {[0 ... SC_COUNT] = {MAG_TOP_NONE, &mag_empty, {0, 0}}}};
 __thread tcache_t *mag_tls __attribute__((tls_model("initial-exec"))) = &tcache_boot;
 mag_consts_t mag_consts;
 bool mag_magazines_off;
@@ -138,7 +154,7 @@ static tcache_t *mag_thread_start(void) {
     if (cpus)
       tc->cpu_counts[c].frees = MAG_FREES_UNSEEN;
     else
-      tc->own[c].mags = (mag_pair_t)MAG_PAIR_EMPTY;
+      tc->own[c] = (own_class_t){MAG_TOP_NONE, &mag_empty, {0, 0}};
   tc->sample_left = mag_sample_countdown();
   tc->stack = (uintptr_t)__builtin_frame_address(0);
   tc->tid = os_thread_id();
@@ -325,6 +341,59 @@ void mag_direct_free(cache_t *cp, void *obj) {
   mag_held_add(-(ptrdiff_t)cp->size);
 }
 
+void **mag_top_load(mag_t *m) {
+  if (m == &mag_empty) return MAG_TOP_NONE;
+  void *mark = (void *)((uintptr_t)m | 1);
+  m->next = mark; /* rounds[-1] */
+  m->rounds[m->cap] = mark;
+  return &m->rounds[m->n];
+}
+
+mag_t *mag_top_unload(void **top) {
+  if (mag_is_end(*top)) { /* full: the upper mark (or the sentinel's) */
+    mag_t *m = (mag_t *)((uintptr_t)*top & ~(uintptr_t)1);
+    if (!m) return &mag_empty;
+    m->n = m->cap;
+    return m;
+  }
+  uint32_t n = 0; /* else down from the top to the lower mark: one step where it is empty */
+  while (!mag_is_end(top[-1 - (ptrdiff_t)n]))
+    n++;
+  mag_t *m = (mag_t *)((uintptr_t)top[-1 - (ptrdiff_t)n] & ~(uintptr_t)1);
+  m->n = n;
+  return m;
+}
+
+/* Class c's own pair of tc, for a slow path (tc's lock held, so the reaper leaves it alone). */
+static mag_pair_t mag_own_unpack(tcache_t *tc, unsigned c) {
+  return (mag_pair_t){mag_top_unload(tc->own[c].top), tc->own[c].prev};
+}
+
+/* Puts pair t back as class c's own pair of tc (its lock held). */
+static void mag_own_pack(tcache_t *tc, unsigned c, mag_pair_t t) {
+  tc->own[c].prev = t.prev;
+  __atomic_store_n(&tc->own[c].top, mag_top_load(t.loaded), __ATOMIC_RELAXED);
+}
+
+/* Misses of class c (cache cp) on tc's own magazines: under tc's lock, on the pair unpacked. */
+static void *mag_own_class_alloc_miss(cache_t *cp, tcache_t *tc, unsigned c) {
+  lock_t *held = mag_miss_begin(cp);
+  mag_pair_t t = mag_own_unpack(tc, c);
+  void *obj = mag_alloc_refill(cp, &t, NULL);
+  mag_own_pack(tc, c, t);
+  lock_release(held);
+  return obj;
+}
+
+static bool mag_own_class_free_miss(cache_t *cp, tcache_t *tc, unsigned c, void *obj) {
+  lock_t *held = mag_miss_begin(cp);
+  mag_pair_t t = mag_own_unpack(tc, c);
+  bool kept = mag_free_room(cp, &t, obj, NULL);
+  mag_own_pack(tc, c, t);
+  lock_release(held);
+  return kept;
+}
+
 /* A miss of malloc's class c after the fast path (or without it: memalign), wherever the
    thread's magazines of c are: the CPU's, its own, or none after its exit (tcache_dead is
    shared: its counts stay untouched). */
@@ -334,7 +403,7 @@ static void *mag_class_alloc_miss(tcache_t *tc, unsigned c) {
 #if RSEQ_SUPPORTED
   if (tc->cpus) return mag_cpu_alloc_miss(cp, c);
 #endif
-  return mag_own_alloc_miss(cp, &tc->own[c].mags);
+  return mag_own_class_alloc_miss(cp, tc, c);
 }
 
 /* False when no magazine took p (a thread past its exit has none): the caller frees it to the
@@ -345,7 +414,7 @@ static bool mag_class_free_miss(tcache_t *tc, unsigned c, void *p) {
 #if RSEQ_SUPPORTED
   if (tc->cpus) return mag_cpu_free_miss(cp, c, p);
 #endif
-  return mag_own_free_miss(cp, &tc->own[c].mags, p);
+  return mag_own_class_free_miss(cp, tc, c, p);
 }
 
 void *mag_malloc(unsigned c, size_t size) {
@@ -364,21 +433,55 @@ void *mag_malloc(unsigned c, size_t size) {
   return p;
 }
 
-void *mag_malloc_traded_cpu(size_t size) {
-#if RSEQ_SUPPORTED
+/* The thread's own loaded magazine of class c, whose top is top, ran out (alloc) or filled up:
+   if the previous one has rounds (room), they trade places, between fast_enter and fast_leave
+   and without the tcache's lock (mag_reclaim.c: how the reaper allows it). Returns the top now
+   loaded, or NULL: the previous one cannot serve either, or the sentinel is loaded (how the
+   reaper parks a class, and with which the owner never trades). Finding the magazine at
+   either end of it reads one word. */
+static void **mag_own_trade(tcache_t *tc, unsigned c, void **top, bool alloc) {
+  own_class_t *o = &tc->own[c];
+  mag_t *prev = o->prev;
+  if (top == MAG_TOP_NONE || (alloc ? prev->n == 0 : prev->n == prev->cap)) return NULL;
+  mag_t *m = mag_top_unload(top);
+  void **traded = mag_top_load(prev);
+  __atomic_store_n(&o->prev, m, __ATOMIC_RELAXED);
+  __atomic_store_n(&o->top, traded, __ATOMIC_RELAXED);
+  return traded;
+}
+
+/* Pops (pushes) after a trade of the thread's own pair of class c; NULL (0) where it did not
+   trade. Counts the operation. */
+static void *mag_own_pop_traded(tcache_t *tc, unsigned c) {
+  void **top = mag_own_trade(tc, c, fast_enter(tc, c), true);
+  void *p = top ? fast_own_pop(tc, c, top) : NULL;
+  fast_leave(tc);
+  return p;
+}
+
+static int mag_own_push_traded(tcache_t *tc, unsigned c, void *p) {
+  void **top = mag_own_trade(tc, c, fast_enter(tc, c), false);
+  int pushed = top && fast_own_push(tc, c, top, p);
+  fast_leave(tc);
+  return pushed;
+}
+
+void *mag_malloc_traded(size_t size) {
   tcache_t *tc = mag_tls;
   unsigned c = size <= SC_SMALL_MAX ? sc_of(size) : 0;
-  if (!c || tc->cpu_counts[c].allocs >> 31) return NULL; /* the slow path folds it (mag.h) */
-  void *p = mag_cpu_pop_traded(tc->cpus, c);
+  void *p = NULL;
+  if (!c) return NULL;
+#if RSEQ_SUPPORTED
+  if (tc->cpus) {
+    if (tc->cpu_counts[c].allocs >> 31) return NULL; /* the slow path folds it (mag.h) */
+    if ((p = mag_cpu_pop_traded(tc->cpus, c))) STAT_ADD(tc->cpu_counts[c].allocs, 1);
+  } else
+#endif
+    p = mag_own_pop_traded(tc, c); /* counts itself */
   if (!p) return NULL;
-  STAT_ADD(tc->cpu_counts[c].allocs, 1);
   *(uintptr_t *)p = 0;
   STAT_ADD(tc->bytes_requested, size);
   return p;
-#else
-  (void)size;
-  return NULL;
-#endif
 }
 
 void mag_free(unsigned c, void *p) {
@@ -405,6 +508,7 @@ void mag_free(unsigned c, void *p) {
     return;
   }
 #endif
+  if (!tc->cpus && mag_own_push_traded(tc, c, p)) return; /* counted */
   mag_count_miss(tc, c, false);
   if (!mag_class_free_miss(tc, c, p)) mag_direct_free(&malloc_caches[c], p);
 }
@@ -412,8 +516,10 @@ void mag_free(unsigned c, void *p) {
 unsigned mag_miss_weight(unsigned c) {
   tcache_t *tc = mag_tls;
   if (tc->cpus) return depot_cap(&malloc_caches[c]) + 1;
-  mag_t *loaded = __atomic_load_n(&tc->own[c].mags.loaded, __ATOMIC_RELAXED); /* reaper's too */
-  return loaded->cap + 1;
+  mag_t *m = mag_top_unload(fast_enter(tc, c)); /* busy: the reaper leaves it in place */
+  unsigned cap = m->cap;
+  fast_leave(tc);
+  return cap + 1;
 }
 
 void mag_large_count(size_t size, int sign) {
@@ -445,8 +551,11 @@ void mag_pair_to_depot(cache_t *cp, mag_pair_t *t) {
 /* Gives the thread's own magazines of malloc's classes to the depots. */
 static void mag_thread_flush(tcache_t *tc) {
   lock_acquire(&tc->lock);
-  for (unsigned c = 1; c <= SC_COUNT && !tc->cpus; c++)
-    mag_pair_to_depot(&malloc_caches[c], &tc->own[c].mags);
+  for (unsigned c = 1; c <= SC_COUNT && !tc->cpus; c++) {
+    mag_pair_t t = mag_own_unpack(tc, c);
+    mag_pair_to_depot(&malloc_caches[c], &t);
+    mag_own_pack(tc, c, t);
+  }
   lock_release(&tc->lock);
 }
 

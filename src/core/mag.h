@@ -42,12 +42,33 @@ static inline uint32_t mag_frees_seen(uint32_t frees) {
   return frees == MAG_FREES_UNSEEN ? 0 : frees;
 }
 
-/* One cache of a thread with magazines of its own: the pair and the thread's counts in half a
-   line, which a fast-path call reads and writes whole. */
+/* One object cache of a thread with magazines of its own: the pair and the thread's counts. */
 typedef struct thread_mags {
   mag_pair_t mags;
   mag_counts_t count;
 } thread_mags_t;
+
+/* A thread's own loaded magazine of one of malloc's classes is a pointer to its top: the slot
+   the next push fills, just above its last round. Both ends of a magazine so loaded hold its
+   end mark, its address with the low bit set, which no block has: the word below its first
+   round (its depot link, unused while loaded) and the word above its last possible one (mag.c
+   theory 8). A pop that reads a mark found the magazine empty, a push that finds one found it
+   full: neither reads the magazine's header, behind a pointer, whose count n is stale while it
+   is loaded. MAG_TOP_NONE, between two marks of no magazine, is the sentinel. */
+extern MAGPIE_HIDDEN void *mag_top_none[2];
+#define MAG_TOP_NONE (&mag_top_none[1])
+static inline bool mag_is_end(const void *round) {
+  return (uintptr_t)round & 1;
+}
+
+/* One of malloc's classes of a thread with magazines of its own: the loaded magazine's top,
+   the previous magazine and the thread's counts in half a line, which a fast-path call reads
+   and writes whole. */
+typedef struct own_class {
+  void **top;
+  mag_t *prev;
+  mag_counts_t count;
+} own_class_t;
 
 /* A thread's slot of an object cache (mag_slots.c). */
 typedef struct cache_slot {
@@ -66,14 +87,14 @@ typedef struct tcache {
   lock_t lock;  /* the owner's slow paths, mag_reclaim */
   uint64_t bytes_requested; /* sum of malloc sizes (small and large) */
   uint64_t large_allocs, large_frees;
-  int64_t sample_left;               /* allocations until the next sampled one (sample.c) */
-  uint32_t misses;                   /* slow paths taken (lock) */
-  uint32_t misses_seen;              /* misses at the last mag_reclaim (lock) */
-  cache_slot_t *slots;               /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
-  uintptr_t stack;                   /* an address in the owner's stack (leak reports' roots) */
-  struct tcache *next, *prev;        /* the registry of live thread caches (mag_registry_lock) */
-  union {                            /* malloc's size classes; [0] is never used */
-    thread_mags_t own[SC_COUNT + 1]; /* cpus NULL */
+  int64_t sample_left;             /* allocations until the next sampled one (sample.c) */
+  uint32_t misses;                 /* slow paths taken (lock) */
+  uint32_t misses_seen;            /* misses at the last mag_reclaim (lock) */
+  cache_slot_t *slots;             /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
+  uintptr_t stack;                 /* an address in the owner's stack (leak reports' roots) */
+  struct tcache *next, *prev;      /* the registry of live thread caches (mag_registry_lock) */
+  union {                          /* malloc's size classes; [0] is never used */
+    own_class_t own[SC_COUNT + 1]; /* cpus NULL */
     mag_counts_cpu_t cpu_counts[SC_COUNT + 1]; /* cpus set */
   };
 } tcache_t;
@@ -126,13 +147,9 @@ void mag_raise_peak(size_t *peak, size_t now); /* *peak = max(*peak, now), atomi
    in step (debug/sample.c draws the samples). */
 int64_t mag_sample_countdown(void);
 /* The first step of malloc's slow path, before sampling and the heap profiler's clock: where
-   the CPU's loaded magazine ran out and the previous one has rounds, they trade places and the
-   block comes from there (as a thread's own magazines do in the fast path); NULL otherwise. A
-   thread with magazines of its own makes no call. */
-void *mag_malloc_traded_cpu(size_t size);
-static inline void *mag_malloc_traded(size_t size) {
-  return mag_tls->cpus ? mag_malloc_traded_cpu(size) : NULL;
-}
+   the loaded magazine of the thread (its CPU) ran out and the previous one has rounds, they
+   trade places without a lock and the block comes from there; NULL otherwise. */
+void *mag_malloc_traded(size_t size);
 void *mag_malloc(unsigned c, size_t size); /* the slow path of class c */
 void mag_free(unsigned c, void *p);        /* the slow path, with the checks */
 void mag_thread_exit(void *tc);

@@ -9,10 +9,12 @@
  *   3. A magazine holds at most cap rounds; the sentinel holds none and has no room; a depot's
  *      full list holds magazines with rounds, its empty list magazines without, as many as its
  *      counts say.
+ *   4. A thread's own loaded magazine lies between its two end marks, its top at most cap
+ *      rounds above the lower one (mag.c theory 8).
  * What moves under locks is read with all of them held at once, so that nothing moves between
  * two reads: the caller's tcache lock, every CPU's, every depot's (front/fork.c's order). Other
  * threads trade their own pairs without a lock: invariant 2, which no trade can break, is
- * checked on them under their own locks, one at a time; 1 and 3 on the caller's pairs only.
+ * checked on them under their own locks, one at a time; 1, 3 and 4 on the caller's pairs only.
  */
 #include "depot.h"
 #include "mag_impl.h"
@@ -54,6 +56,25 @@ static void mag_check_pair(mag_seen_t *s, mag_pair_t *t) {
   }
 }
 
+/* Checks class c's own pair of thread tc as mag_check_pair does. The calling thread's (s set)
+   also for its loaded magazine's end marks (mag.c theory 8): the magazine the lower one names
+   has its upper one above its last possible round, and no more rounds than it can hold.
+   Another thread's loaded magazine, which its owner may be working on, is not read. */
+static void mag_check_own(mag_seen_t *s, tcache_t *tc, unsigned c) {
+  void **top = __atomic_load_n(&tc->own[c].top, __ATOMIC_RELAXED);
+  mag_t *prev = __atomic_load_n(&tc->own[c].prev, __ATOMIC_RELAXED);
+  if (!s) {
+    if (top == MAG_TOP_NONE && prev != &mag_empty)
+      report_fatal("magazine layer: a pair has the sentinel loaded beside a magazine", prev, 0);
+    return;
+  }
+  mag_t *m = mag_top_unload(top);
+  if (m != &mag_empty && (m->n > m->cap || m->rounds[m->cap] != (void *)((uintptr_t)m | 1)))
+    report_fatal("magazine layer: a loaded magazine's end marks are broken", m, m->n);
+  mag_pair_t t = {m, prev};
+  mag_check_pair(s, &t);
+}
+
 static void mag_check_depot(mag_seen_t *s, cache_t *cp) {
   depot_t *d = &cp->depot;
   uint32_t count = 0;
@@ -78,7 +99,7 @@ void mag_check(void) {
     if (tc == self || tc->cpus) continue;
     lock_acquire(&tc->lock);
     for (unsigned c = 1; c <= SC_COUNT; c++)
-      mag_check_pair(NULL, &tc->own[c].mags);
+      mag_check_own(NULL, tc, c);
     lock_release(&tc->lock);
   }
   lock_release(&mag_registry_lock);
@@ -99,7 +120,7 @@ void mag_check(void) {
     for (unsigned c = 1; c <= SC_COUNT; c++)
       mag_check_pair(&seen, &mag_cpu(i)->mags[c]);
   for (unsigned c = 1; c <= SC_COUNT && own; c++)
-    mag_check_pair(&seen, &self->own[c].mags);
+    mag_check_own(&seen, self, c);
   for (unsigned c = 1; c <= SC_COUNT; c++)
     mag_check_depot(&seen, &malloc_caches[c]);
   for (unsigned c = SC_COUNT; c >= 1; c--)

@@ -14,7 +14,7 @@
  *   2. A loaded magazine that ran out (filled up) trades places with the previous one, if that has
  *      rounds (room), in a sequence whose commit stores the swapped pair whole, and only while the
  *      CPU's lock is free (rseq_trade): first thing on a miss, before sampling or the profiler's
- *      clock (mag_malloc_traded, mag_free), as a thread's own pair trades in its fast path. Else a
+ *      clock (mag_malloc_traded, mag_free), as a thread's own pair does (mag.c theory 8). Else a
  *      working set that straddles a magazine's edge takes the lock at every crossing. Everything
  *      else happens under the CPU's lock, taken so that no trade is in flight (mag_cpu_quiesce): a
  *      thread that reads its CPU after taking the lock there knows it, since a sequence that saw

@@ -9,17 +9,19 @@
  * Theory: taking the loaded magazines of a thread that works on them without a lock.
  *   1. The owner marks its lock-free work on its own pairs (tc->busy, between fast_enter and
  *      fast_leave, mag_fast.h), and trades the loaded magazine for the previous one only there
- *      and never with the sentinel loaded (fast_trade).
+ *      and never with the sentinel loaded (mag_own_trade, mag.c theory 8).
  *   2. Under the thread's lock, which keeps its slow paths out, the reaper parks each loaded
- *      magazine: it exchanges the sentinel in and keeps what it held (mag_thread_park). The
- *      previous magazines stay in place: the owner may be trading them.
+ *      magazine: it exchanges the sentinel (MAG_TOP_NONE, mag.h) in for its top and keeps the top
+ *      it held, which gives the count (mag_thread_park). The previous magazines stay in place: the
+ * owner may be trading them.
  *   3. One membarrier for a batch of parked threads orders each thread's store of busy before
  *      its load of the loaded magazine against the reaper's exchange (an asymmetric fence).
  *   4. After it, a thread whose busy is clear either finished with the parked magazines or
  *      will see the sentinel. Where the sentinel is still loaded, the parked and previous
- *      magazines are the reaper's; where it is not, the owner traded in the window and the
- *      parked magazine is its previous one now, so the pair stays. A busy thread gets its
- *      parked magazines back (mag_thread_settle).
+ *      magazines are the reaper's, and the parked top gives the magazine's count; where it is
+ *      not, the owner stored its top (or traded) in the window, and that top and pair are the
+ *      current ones, so they stay. A busy thread gets its parked tops back where the sentinel
+ *      is still loaded (mag_thread_settle).
  *   5. Without membarrier, or under ThreadSanitizer, which cannot see the fence's ordering,
  *      threads keep their magazines until they exit or trim.
  * Locking: mag_registry_lock, then up to MAG_PARK_BATCH threads' locks at once, held until the
@@ -37,40 +39,42 @@ void mag_reclaim_init(void) {
 #endif
 }
 
-/* Where mag_reclaim keeps the loaded magazines it parked, for MAG_PARK_BATCH threads under
-   one fence (mag_registry_lock). Static: the reaper may run in a slow path, on a small stack. */
+/* Where mag_reclaim keeps the tops of the loaded magazines it parked (mag.h), for
+   MAG_PARK_BATCH threads under one fence (mag_registry_lock). Static: the reaper may run in a
+   slow path, on a small stack. */
 #define MAG_PARK_BATCH 8
-static mag_t *mag_parked[MAG_PARK_BATCH][SC_COUNT + 1];
+static void **mag_parked[MAG_PARK_BATCH][SC_COUNT + 1];
 
-/* Parks the loaded magazines of a thread (its lock held): swaps the sentinel in for each, keeping
-   what it held in parked[]. Returns whether it parked any. */
-static bool mag_thread_park(tcache_t *tc, mag_t **parked) {
+/* Parks the loaded magazines of a thread (its lock held): swaps the sentinel in for each top,
+   keeping what it held in parked[]. Returns whether it parked any. */
+static bool mag_thread_park(tcache_t *tc, void ***parked) {
   bool any = false;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    mag_t **loaded = &tc->own[c].mags.loaded;
-    parked[c] = &mag_empty;
-    if (__atomic_load_n(loaded, __ATOMIC_RELAXED) != &mag_empty)
-      parked[c] = __atomic_exchange_n(loaded, &mag_empty, __ATOMIC_RELAXED);
-    any |= parked[c] != &mag_empty;
+    void ***top = &tc->own[c].top;
+    parked[c] = MAG_TOP_NONE;
+    if (__atomic_load_n(top, __ATOMIC_RELAXED) != MAG_TOP_NONE)
+      parked[c] = __atomic_exchange_n(top, MAG_TOP_NONE, __ATOMIC_RELAXED);
+    any |= parked[c] != MAG_TOP_NONE;
   }
   return any;
 }
 
 /* After the fence (fenced) or in its place: takes or gives back what mag_thread_park parked
    (theory 4). */
-static void mag_thread_settle(tcache_t *tc, mag_t *const *parked, bool fenced) {
+static void mag_thread_settle(tcache_t *tc, void **const *parked, bool fenced) {
   bool take = fenced && __atomic_load_n(&tc->busy, __ATOMIC_ACQUIRE) == 0;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    mag_pair_t *t = &tc->own[c].mags;
-    mag_t *sentinel = &mag_empty;
-    if (parked[c] == &mag_empty) continue;
+    own_class_t *o = &tc->own[c];
+    void **sentinel = MAG_TOP_NONE;
+    if (parked[c] == MAG_TOP_NONE) continue;
     if (!take)
-      __atomic_compare_exchange_n(&t->loaded, &sentinel, parked[c], false, __ATOMIC_RELAXED,
+      __atomic_compare_exchange_n(&o->top, &sentinel, parked[c], false, __ATOMIC_RELAXED,
                                   __ATOMIC_RELAXED);
-    else if (__atomic_load_n(&t->loaded, __ATOMIC_RELAXED) == &mag_empty) {
-      mag_to_depot(&malloc_caches[c], parked[c]);
-      mag_to_depot(&malloc_caches[c], t->prev);
-      t->prev = &mag_empty;
+    else if (__atomic_load_n(&o->top, __ATOMIC_RELAXED) == MAG_TOP_NONE) {
+      mag_t *m = mag_top_unload(parked[c]); /* the parked top gives its count */
+      mag_to_depot(&malloc_caches[c], m);
+      mag_to_depot(&malloc_caches[c], o->prev);
+      o->prev = &mag_empty;
     }
   }
 }

@@ -3,14 +3,15 @@
  *
  * malloc (size <= 256 KiB): the class (one table load up to 32 KiB, a few instructions above),
  * then pop from the loaded magazine: the CPU's, in a restartable sequence (rseq.h), or the
- * thread's own where per-CPU magazines are off (mag_percpu.c says when).
+ * thread's own where per-CPU magazines are off (mag_percpu.c says when), which is a pointer to
+ * its top, one load from the thread's cache (mag.h).
  * free: the page map gives the class (one load where the hot leaf covers the block, two
  * elsewhere: pagemap.h); the pointer must be an object start (one multiply) and must not
  * carry the free marker (one load); push onto the loaded magazine.
- * A thread's own loaded magazine that runs out (fills up) trades places with the previous one
- * right here when that one has rounds (room).
- * Anything else - both magazines empty or full, a first call, a large block, a bad pointer -
- * takes one predictable branch to the out-of-line slow path. No lock, no atomic RMW.
+ * Anything else - the loaded magazine empty or full, a first call, a large block, a bad
+ * pointer - takes one predictable branch to the out-of-line slow path, whose first step trades
+ * an empty (full) loaded magazine for the previous one where that has rounds (room). No lock,
+ * no atomic RMW.
  *
  * The free marker: a freed block's first word holds (its address ^ mag_consts.secret); malloc
  * clears it. Seeing it on free means the block is already free: a double free.

@@ -8,6 +8,8 @@
  *   - object caches construct on entry and destruct only when memory goes back;
  *   - two threads' first small objects never share a cache line, with each other or (when they
  *     first freed blocks another thread allocated) with that thread's blocks;
+ *   - a thread's own loaded magazine, a pointer to its top between two end marks, fills and
+ *     empties to exactly its capacity and gives its count back when it leaves;
  *   - the reaper takes the magazines of a thread idle for a whole interval, the loaded one
  *     too (fenced with membarrier), and the thread goes on allocating and freeing afterwards;
  *   - constructors and destructors may allocate, even inside a magazine miss;
@@ -23,6 +25,7 @@
 #include "depot.h"
 #include "fastpath.h"
 #include "mag.h"
+#include "mag_impl.h"
 #include "magpie.h"
 #include "os.h"
 #include "pagemap.h"
@@ -84,8 +87,8 @@ static void *idler(void *arg) {
 static int idler_rounds(bool prev) {
   tcache_t *tc = idler_cache;
   lock_acquire(&tc->lock);
-  mag_pair_t *t = &tc->own[sc_of(IDLER_SIZE)].mags;
-  mag_t *m = prev ? t->prev : t->loaded;
+  own_class_t *o = &tc->own[sc_of(IDLER_SIZE)];
+  mag_t *m = prev ? o->prev : mag_top_unload(o->top);
   int n = m == &mag_empty ? -1 : (int)m->n;
   lock_release(&tc->lock);
   return n;
@@ -93,38 +96,42 @@ static int idler_rounds(bool prev) {
 
 /* A trader plays the owner's part in the reaper's window by hand: it fills both magazines of
    the idler's class, goes quiet for a look, then enters its fast path (fast_enter) and reads
-   its magazines as fast_trade does, before the reaper parks the loaded one. Swapping, it then waits
-   for the park and trades after it, as a thread that read the loaded magazine just before the
-   exchange does; holding, it stays inside until the reaper is done. Either way its two magazines
-   must come out of the reaper where the owner left them, and none in a depot. */
+   its magazines as the trade does (mag.c), before the reaper parks the loaded one. Swapping, it
+   then waits for the park and trades after it, as a thread that read the loaded magazine just
+   before the exchange does; holding, it stays inside until the reaper is done. Either way its two
+   magazines must come out of the reaper where the owner left them, and none in a depot. */
 static pthread_barrier_t trade_ready, trade_entered, trade_done;
 static tcache_t *trade_cache;
-static bool trade_looked;                /* the reaper's second look is over */
-static mag_t *trade_loaded, *trade_prev; /* as the trader left them */
+static bool trade_looked; /* the reaper's second look is over */
+static void **trade_top;  /* as the trader left them */
+static mag_t *trade_prev;
 
 static void *trader(void *arg) {
   bool swap = arg != NULL;
   unsigned c = sc_of(IDLER_SIZE);
   idler_round();
   tcache_t *tc = trade_cache = mag_tls;
-  mag_pair_t *t = &tc->own[c].mags;
-  UCHECK(t->loaded != &mag_empty && t->prev != &mag_empty);
+  own_class_t *o = &tc->own[c];
+  UCHECK(o->top != MAG_TOP_NONE && o->prev != &mag_empty);
   pthread_barrier_wait(&trade_ready); /* the reaper looks: this thread missed, it is not idle */
   pthread_barrier_wait(&trade_ready);
-  mag_t *loaded = fast_enter(tc, c), *prev = t->prev; /* fast_trade's reads */
-  pthread_barrier_wait(&trade_entered);               /* the reaper looks again, and parks */
+  void **top = fast_enter(tc, c); /* the trade's reads (mag.c) */
+  mag_t *prev = o->prev;
+  pthread_barrier_wait(&trade_entered); /* the reaper looks again, and parks */
   if (swap) {
-    while (__atomic_load_n(&t->loaded, __ATOMIC_RELAXED) != &mag_empty &&
+    while (__atomic_load_n(&o->top, __ATOMIC_RELAXED) != MAG_TOP_NONE &&
            !__atomic_load_n(&trade_looked, __ATOMIC_ACQUIRE))
       ; /* preempted past a window that put the magazine back, it trades after the look */
-    __atomic_store_n(&t->loaded, prev, __ATOMIC_RELAXED); /* fast_trade's stores */
-    __atomic_store_n(&t->prev, loaded, __ATOMIC_RELAXED);
-    trade_loaded = prev;
-    trade_prev = loaded;
+    mag_t *m = mag_top_unload(top); /* the trade's stores */
+    void **traded = mag_top_load(prev);
+    __atomic_store_n(&o->prev, m, __ATOMIC_RELAXED);
+    __atomic_store_n(&o->top, traded, __ATOMIC_RELAXED);
+    trade_top = traded;
+    trade_prev = m;
     fast_leave(tc);
     pthread_barrier_wait(&trade_done);
   } else {
-    trade_loaded = loaded;
+    trade_top = top;
     trade_prev = prev;
     pthread_barrier_wait(&trade_done); /* the reaper is done: leave only now */
     fast_leave(tc);
@@ -148,8 +155,8 @@ static void trade_in_window(bool swap) {
   mag_reclaim(false);
   __atomic_store_n(&trade_looked, true, __ATOMIC_RELEASE);
   pthread_barrier_wait(&trade_done);
-  mag_pair_t *mags = &trade_cache->own[sc_of(IDLER_SIZE)].mags;
-  UCHECK(mags->loaded == trade_loaded && mags->prev == trade_prev);
+  own_class_t *o = &trade_cache->own[sc_of(IDLER_SIZE)];
+  UCHECK(o->top == trade_top && o->prev == trade_prev);
   lock_acquire(&ic->depot.lock);
   UCHECK(ic->depot.nfull == full_before && ic->depot.nempty == empty_before);
   lock_release(&ic->depot.lock);
@@ -161,7 +168,7 @@ static void trade_in_window(bool swap) {
    them in a loop: between two looks most workers have not missed, so their loaded magazines
    are parked, fenced and taken while they run. Then they allocate and free batches of up to
    three magazines' worth, which trade their loaded and previous magazines all the time
-   (fast_trade), also in the reaper's window. */
+   (mag.c's trade), also in the reaper's window. */
 #define REAPED_WORKERS 4
 #define REAPED_OPS 200000
 #define REAPED_SLOTS 64
@@ -440,16 +447,40 @@ int main(int argc, char **argv) {
   UCHECK(depot_flow_keeps(1, 1) == false); /* one thread gives and takes its own */
   UCHECK(depot_flow_keeps(1, 2) == true);  /* thread 1 gives, thread 2 takes */
 
-  /* 6. magazines (written by their thread on every call) never share a cache line */
+  /* 6. magazines (written by their thread on every call, up to the end mark above their last
+     round) never share a cache line */
   for (uint32_t k = 1; k <= 256; k *= 2) {
     mag_t *a = depot_mag_new(k), *b = depot_mag_new(k);
     UCHECK(a && b && ((uintptr_t)a & 63) == 0 && ((uintptr_t)b & 63) == 0);
-    uintptr_t a_end = (uintptr_t)&a->rounds[k], b_end = (uintptr_t)&b->rounds[k];
+    uintptr_t a_end = (uintptr_t)&a->rounds[k + 1], b_end = (uintptr_t)&b->rounds[k + 1];
     UCHECK(((uintptr_t)a >= b_end || (uintptr_t)b >= a_end) &&
            ((a_end - 1) >> 6 != (uintptr_t)b >> 6) && ((b_end - 1) >> 6 != (uintptr_t)a >> 6));
     depot_put(cp, a);
     depot_put(cp, b);
   }
+
+  /* 6b. a thread's own loaded magazine is its top between two end marks (mag.c theory 8): one
+     of 8 rounds holding 3 takes 5 pushes and then gives 8 pops, and gives its count back
+     when it leaves the thread, at either end or between */
+  static tcache_t t8; /* a thread cache nobody runs on */
+  static uint64_t rounds8[8][2] __attribute__((aligned(16)));
+  mag_t *m8 = depot_mag_new(8);
+  UCHECK(m8);
+  for (m8->n = 0; m8->n < 3; m8->n++)
+    m8->rounds[m8->n] = rounds8[m8->n];
+  t8.own[1].top = mag_top_load(m8);
+  int pushes = 0, pops = 0;
+  while (pushes < 100 && fast_own_push(&t8, 1, t8.own[1].top, rounds8[3 + pushes % 5]))
+    pushes++;
+  UCHECK(pushes == 5 && mag_top_unload(t8.own[1].top) == m8 && m8->n == 8);
+  UCHECK(fast_own_pop(&t8, 1, t8.own[1].top) == rounds8[7] && mag_top_unload(t8.own[1].top) == m8 &&
+         m8->n == 7);
+  for (pops = 1; pops < 100 && fast_own_pop(&t8, 1, t8.own[1].top); pops++) {
+  }
+  UCHECK(pops == 8 && mag_top_unload(t8.own[1].top) == m8 && m8->n == 0);
+  UCHECK(t8.own[1].count.allocs == 8 && t8.own[1].count.frees == 5);
+  UCHECK(mag_top_unload(MAG_TOP_NONE) == &mag_empty);
+  depot_put(cp, m8);
 
   magpie_cache_destroy((magpie_cache_t *)cp);
   UCHECK(ctor_calls == dtor_calls);
