@@ -18,25 +18,31 @@ static uintptr_t *pagemap_leaf(uintptr_t addr) {
   return leaf;
 }
 
-/* Makes the leaf of root index root the hot one, if none is yet (theory in pagemap.h). */
+/* Makes the leaf of root index root the hot one, with its tags, if none is yet (theory in
+   pagemap.h); without memory for the tags there is no hot leaf. */
 static void pagemap_hot_claim(uintptr_t root, uintptr_t *leaf) {
   if (__atomic_load_n(&pagemap_hot_claimed, __ATOMIC_RELAXED) ||
       __atomic_exchange_n(&pagemap_hot_claimed, true, __ATOMIC_ACQ_REL))
     return;
+  uint8_t *tags = os_map((size_t)1 << PM_LEAF_BITS);
+  if (!tags) return;
   __atomic_store_n(&pagemap_hot.leaf, leaf, __ATOMIC_RELAXED);
-  __atomic_store_n(&pagemap_hot.root, root, __ATOMIC_RELEASE); /* after its leaf */
+  __atomic_store_n(&pagemap_hot.tags, tags, __ATOMIC_RELAXED);
+  __atomic_store_n(&pagemap_hot.root, root, __ATOMIC_RELEASE); /* after its leaf and tags */
 }
 
 bool pagemap_set(uintptr_t addr, size_t size, uintptr_t value) {
   uintptr_t tag = value & PM_TAG_MASK;
   for (uintptr_t a = addr; a < addr + size; a += OS_PAGE) {
     if (a >> 47) return false;
-    uintptr_t *leaf = pagemap_leaf(a);
+    uintptr_t *leaf = pagemap_leaf(a), root = a >> (47 - PM_ROOT_BITS);
+    uintptr_t index = (a >> OS_PAGE_SHIFT) & (((uintptr_t)1 << PM_LEAF_BITS) - 1);
     if (!leaf) return false;
-    __atomic_store_n(&leaf[(a >> OS_PAGE_SHIFT) & (((uintptr_t)1 << PM_LEAF_BITS) - 1)], value,
-                     __ATOMIC_RELAXED);
+    __atomic_store_n(&leaf[index], value, __ATOMIC_RELAXED);
     if (a == addr && tag != 0 && tag < PM_TAG_PROFILED) /* a malloc slab's first page */
-      pagemap_hot_claim(a >> (47 - PM_ROOT_BITS), leaf);
+      pagemap_hot_claim(root, leaf);
+    if (root == __atomic_load_n(&pagemap_hot.root, __ATOMIC_ACQUIRE))
+      __atomic_store_n(&pagemap_hot.tags[index], (uint8_t)tag, __ATOMIC_RELAXED);
   }
   return true;
 }

@@ -17,6 +17,11 @@
  * programs' small blocks lie in that GiB. It is claimed once and never changes, like every
  * leaf (leaves are never unmapped); the leaf is published before the root index (release),
  * and a reader that matches the index (acquire) finds the leaf.
+ * The hot tags: the hot leaf's GiB also has one byte a page, its entry's tag (pagemap_tag),
+ * which is all free's fast path needs: 64 pages a cache line where the entries hold 8, so a
+ * program freeing blocks all over a big heap misses the cache (and the TLB) an eighth as often
+ * there. Written with the entries from the claim on; a page set before its GiB was claimed
+ * reads 0 until set again, which sends its frees to the slow path, where the entry decides.
  */
 #ifndef MAGPIE_PAGEMAP_H
 #define MAGPIE_PAGEMAP_H
@@ -40,6 +45,7 @@ extern MAGPIE_HIDDEN uintptr_t *pagemap_root[(size_t)1 << PM_ROOT_BITS];
 typedef struct pagemap_hot {
   uintptr_t root; /* the root index of the hot leaf; none matches before it is claimed */
   uintptr_t *leaf;
+  uint8_t *tags; /* the tag of each page of the hot leaf, or 0 */
 } __attribute__((aligned(OS_LINE))) pagemap_hot_t;
 extern MAGPIE_HIDDEN pagemap_hot_t pagemap_hot;
 
@@ -55,6 +61,18 @@ static MP_INLINE uintptr_t pagemap_get(uintptr_t addr) {
     if (__builtin_expect(leaf == NULL, 0)) return 0;
   }
   return __atomic_load_n(&leaf[index], __ATOMIC_RELAXED);
+}
+
+/* The tag of addr's page (PM_TAG_MASK's bits of its entry), from the hot tags where addr lies in
+   the hot leaf's GiB; there it may be 0 where the entry is not (see the theory above). */
+static MP_INLINE unsigned pagemap_tag(uintptr_t addr) {
+  uintptr_t root = addr >> (47 - PM_ROOT_BITS);
+  if (MP_LIKELY(root == __atomic_load_n(&pagemap_hot.root, __ATOMIC_ACQUIRE))) {
+    uintptr_t index = (addr >> OS_PAGE_SHIFT) & (((uintptr_t)1 << PM_LEAF_BITS) - 1);
+    return __atomic_load_n(&__atomic_load_n(&pagemap_hot.tags, __ATOMIC_RELAXED)[index],
+                           __ATOMIC_RELAXED);
+  }
+  return (unsigned)(pagemap_get(addr) & PM_TAG_MASK);
 }
 
 /* Sets the entries of every page in [addr, addr+size); false if a leaf could not be mapped. */

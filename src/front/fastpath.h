@@ -5,8 +5,8 @@
  * then pop from the loaded magazine: the CPU's, in a restartable sequence (rseq.h), or the
  * thread's own where per-CPU magazines are off (mag_percpu.c says when), which is a pointer to
  * its top, one load from the thread's cache (mag.h).
- * free: the page map gives the class (one load where the hot leaf covers the block, two
- * elsewhere: pagemap.h); the pointer must be an object start (one multiply) and must not
+ * free: the page map gives the class (one byte load where the hot leaf covers the block, two
+ * loads elsewhere: pagemap.h); the pointer must be an object start (one multiply) and must not
  * carry the free marker (one load); push onto the loaded magazine.
  * Anything else - the loaded magazine empty or full, a first call, a large block, a bad
  * pointer - takes one predictable branch to the out-of-line slow path, whose first step trades
@@ -83,7 +83,7 @@ static MP_INLINE int fast_free_start_try(void *p, unsigned c, uintptr_t marker) 
    check (sizeclass.h), which so tests the tag too. */
 static MP_INLINE int fast_free_try(void *p) {
   uintptr_t a = (uintptr_t)p, marker = a ^ mag_consts.secret;
-  unsigned c = (unsigned)(pagemap_get(a) & PM_TAG_MASK);
+  unsigned c = pagemap_tag(a);
   return sc_is_object_start(c, a) && fast_free_start_try(p, c, marker);
 }
 
