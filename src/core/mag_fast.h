@@ -4,7 +4,7 @@
  * loaded magazine of a class, per-CPU in a restartable sequence (rseq.h) or the thread's own.
  * A thread's own loaded magazine is a pointer to its top, both ends marked (mag.h). A loaded
  * magazine that runs out (fills up) trades places with the previous one at the start of the
- * slow path, without a lock (mag.c theory 1, mag_percpu.c theory 2). No lock, no atomic
+ * slow path, without a lock (mag.c theory 8, mag_percpu.c theory 2). No lock, no atomic
  * read-modify-write.
  */
 #ifndef MAGPIE_MAG_FAST_H

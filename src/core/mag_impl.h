@@ -42,7 +42,7 @@ mag_t *mag_slab_fill(cache_t *cp, mag_t *p, bool cpu);
 /* Gives magazine m's rounds back to the slab layer; m is left empty. */
 void mag_drain(cache_t *cp, mag_t *m);
 
-/* A magazine loaded as a thread's own (theory 8): its end marks written, its top returned
+/* A magazine loaded as a thread's own (mag.c theory 8): its end marks written, its top returned
    (MAG_TOP_NONE for the sentinel). And back: the magazine whose top is top, its count n set
    from how far top lies above its lower mark (the sentinel for MAG_TOP_NONE). Its owner's or
    under its owner's lock, with the owner busy or out of its fast path, so that nobody moves
