@@ -12,7 +12,8 @@
  *      traded with the depot: a miss costs one depot trip per `cap` operations at worst, and
  *      alternating alloc and free never reaches the depot.
  *   2. The empty-magazine trick (kmem): a thread starts on tcache_boot, whose magazines are the
- *      shared sentinel mag_empty (no rounds, no room). Its first allocation misses and the miss
+ *      shared sentinel mag_empty (no rounds, no room; loaded, its top MAG_TOP_NONE: theory 8).
+ *      Its first allocation misses and the miss
  *      makes its tcache: the fast path never asks "initialised?". At exit (a pthread key's
  *      destructor) its magazines go to the depots, its counts into mag_folded, and the thread
  *      moves to tcache_dead, whose misses go straight to the slab layer.
