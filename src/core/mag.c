@@ -13,10 +13,10 @@
  *      alternating alloc and free never reaches the depot.
  *   2. The empty-magazine trick (kmem): a thread starts on tcache_boot, whose magazines are the
  *      shared sentinel mag_empty (no rounds, no room; loaded, its top MAG_TOP_NONE: theory 8).
- *      Its first allocation misses and the miss
- *      makes its tcache: the fast path never asks "initialised?". At exit (a pthread key's
- *      destructor) its magazines go to the depots, its counts into mag_folded, and the thread
- *      moves to tcache_dead, whose misses go straight to the slab layer.
+ *      Its first allocation misses and the miss makes its tcache: the fast path never asks
+ *      "initialised?". At exit (a pthread key's destructor) its magazines go to the depots, its
+ *      counts into mag_folded, and the thread moves to tcache_dead, whose misses go straight to
+ *      the slab layer.
  *   3. Only the owner works on its own pairs, without locks, but for the reaper, which takes
  *      those of an idle thread (mag_reclaim.c), and mag_cache_drain, which takes a destroyed
  *      object cache's (mag_slots.c). Others only read the owner's counts (STAT_ADD, mag.h).
