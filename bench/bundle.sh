@@ -12,11 +12,14 @@
 # which it and profile.sh source); where the host has perf and objdump, they too with profile.sh
 # (bench/bundle-profile.sh: sampled profiles of chosen cells). bench/README.md says how to run it.
 #
-#   bench/bundle.sh [-t THREADS] [-w WORK] [-b BUILD] [-n] [-P] [DEST]
+#   bench/bundle.sh [-t THREADS] [-w WORK] [-b BUILD] [-B REV] [-n] [-P] [DEST]
 #     THREADS  comma-separated thread counts (default 1,4,16,64)
 #     WORK     factor on each program's total work (default 6: on 16 CPUs a run at 16 threads
 #              then takes 0.1-0.3 s, at 1 thread 0.6-3 s)
 #     BUILD    the build folder with libmagpie.so and bench/ (default $BUILD or build)
+#     REV      also libmagpie.so of git revision REV, built as `make build` builds (about a
+#              minute), as the allocator magbase: a change and the library it starts from
+#              then alternate in the same runs on the same machine
 #     -n       fetch nothing: leave out mimalloc3 unless it is already under BUILD/peers
 #     -P       no profiler: leave out perf, objdump and profile.sh (about 35 MiB)
 #     DEST     the bundle (default bundle/ at the top of the checkout, ignored by git)
@@ -25,16 +28,18 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 threads=1,4,16,64
 work=6
 build=$root/${BUILD:-build}
+base=
 fetch=yes
 profile=yes
-while getopts t:w:b:nP opt; do
+while getopts t:w:b:B:nP opt; do
   case $opt in
   t) threads=$OPTARG ;;
   w) work=$OPTARG ;;
   b) build=$OPTARG ;;
+  B) base=$OPTARG ;;
   n) fetch=no ;;
   P) profile=no ;;
-  *) sed -n '2,22p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,25p' "$0" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -68,6 +73,18 @@ add_deb tcmalloc libtcmalloc_minimal.so.4 libtcmalloc-minimal4
 add_deb mimalloc libmimalloc.so.2 libmimalloc2.0
 m3=$build/peers/mimalloc3/cmeel.prefix/lib/libmimalloc.so.3
 [ -e "$m3" ] && add_lib mimalloc3 "$m3" "cmeel-mimalloc 3.4.3 (PyPI)"
+if [ -n "$base" ]; then # REV in a worktree of its own, built and dropped
+  rev=$(git -C "$root" rev-parse --short "$base^{commit}")
+  tmp=$(mktemp -d)
+  git -C "$root" worktree add -q --detach "$tmp/src" "$rev"
+  cmake -S "$tmp/src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$tmp/log" 2>&1 &&
+    cmake --build "$tmp/build" -j "$(nproc)" --target magpie >> "$tmp/log" 2>&1 ||
+    { tail -20 "$tmp/log" >&2; echo "bundle: building $rev failed" >&2; exit 1; }
+  cp -L "$tmp/build/libmagpie.so" "$dest/libmagbase.so"
+  printf 'magbase|libmagbase.so|git %s\n' "$rev" >> "$dest/allocators.txt"
+  git -C "$root" worktree remove --force "$tmp/src"
+  rm -rf "$tmp"
+fi
 
 for p in $progs; do
   cp "$build/bench/bench_$p" "$dest/"
