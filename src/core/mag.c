@@ -37,17 +37,18 @@
  *   7. Counting: each thread counts its operations, 64-bit beside its own magazines, 32-bit on
  *      per-CPU magazines (mag.h), folded into mag_folded before they wrap. Held bytes (out of
  *      the slab layer, in magazines or live) change at each magazine movement.
- *   8. A thread's own loaded magazine of a malloc class is its top: a pointer to the slot above
- *      its last round. Loading it (mag_top_load) writes its end mark, its address with the low
- *      bit set, below its first round (into its depot link, unused while loaded) and above its
- *      last possible one (rounds[cap]: magazines are made one word longer). Blocks are 16-byte
- *      aligned, so the fast path tells a round from a mark by the low bit: a pop reads the
- *      word below the top, a push the word at it, and neither reads the header; the count n
- *      is stale until the magazine is unloaded (mag_top_unload: one read at either end, else
- *      a walk down to the lower mark). The top is one word, which the reaper exchanges
- *      (mag_reclaim.c); MAG_TOP_NONE is the sentinel. Trading the pair, when the loaded
- *      magazine ran out (filled up) and the previous one can serve, is the slow path's first
- *      step, still without the lock (mag_own_trade), as for a CPU's pair.
+ *   8. A loaded magazine of a malloc class, a thread's own or a CPU's (mag_percpu.c theory 1),
+ *      is its top: a pointer to the slot above its last round. Loading it (mag_top_load)
+ *      writes its end mark, its address with the low bit set, below its first round (into its
+ *      depot link, unused while loaded) and above its last possible one (rounds[cap]:
+ *      magazines are made one word longer). Blocks are 16-byte aligned, so the fast path tells
+ *      a round from a mark by the low bit: a pop reads the word below the top, a push the word
+ *      at it, and neither reads the header; the count n is stale until the magazine is
+ *      unloaded (mag_top_unload: one read at either end, else a walk down to the lower mark).
+ *      The top is one word, which the reaper exchanges (mag_reclaim.c); MAG_TOP_NONE is the
+ *      sentinel. Trading a thread's pair, when the loaded magazine ran out (filled up) and the
+ *      previous one can serve, is the slow path's first step, still without the lock
+ *      (mag_own_trade), as for a CPU's pair.
  * Locking: mag_registry_lock guards the registry and mag_folded; a tcache's lock, its owner's
  * slow paths of malloc's classes against the reaper. front/fork.c writes the order.
  */
@@ -350,18 +351,25 @@ void **mag_top_load(mag_t *m) {
   return &m->rounds[m->n];
 }
 
-mag_t *mag_top_unload(void **top) {
-  if (mag_is_end(*top)) { /* full: the upper mark (or the sentinel's) */
-    mag_t *m = (mag_t *)((uintptr_t)*top & ~(uintptr_t)1);
-    if (!m) return &mag_empty;
-    m->n = m->cap;
-    return m;
+mag_t *mag_top_find(void **top, uint32_t *n) {
+  uint32_t below = 0;
+  void *mark = *top; /* full: the upper mark (or the sentinel's) */
+  bool full = mag_is_end(mark);
+  if (!full) { /* else down from the top to the lower mark: one step if empty */
+    while (!mag_is_end(top[-1 - (ptrdiff_t)below]))
+      below++;
+    mark = top[-1 - (ptrdiff_t)below];
   }
-  uint32_t n = 0; /* else down from the top to the lower mark: one step where it is empty */
-  while (!mag_is_end(top[-1 - (ptrdiff_t)n]))
-    n++;
-  mag_t *m = (mag_t *)((uintptr_t)top[-1 - (ptrdiff_t)n] & ~(uintptr_t)1);
-  m->n = n;
+  mag_t *m = (mag_t *)((uintptr_t)mark & ~(uintptr_t)1);
+  if (!m) return &mag_empty;
+  if (n) *n = full ? m->cap : below;
+  return m;
+}
+
+mag_t *mag_top_unload(void **top) {
+  uint32_t n;
+  mag_t *m = mag_top_find(top, &n);
+  if (m != &mag_empty) m->n = n;
   return m;
 }
 

@@ -48,13 +48,13 @@ typedef struct thread_mags {
   mag_counts_t count;
 } thread_mags_t;
 
-/* A thread's own loaded magazine of one of malloc's classes is a pointer to its top: the slot
-   the next push fills, just above its last round. Both ends of a magazine so loaded hold its
-   end mark, its address with the low bit set, which no block has: the word below its first
-   round (its depot link, unused while loaded) and the word above its last possible one (mag.c
-   theory 8). A pop that reads a mark found the magazine empty, a push that finds one found it
-   full: neither reads the magazine's header, behind a pointer, whose count n is stale while it
-   is loaded. MAG_TOP_NONE, between two marks of no magazine, is the sentinel. */
+/* A loaded magazine of one of malloc's classes, a thread's own or a CPU's, is a pointer to its
+   top: the slot the next push fills, just above its last round. Both ends of a magazine so
+   loaded hold its end mark, its address with the low bit set, which no block has: the word
+   below its first round (its depot link, unused while loaded) and the word above its last
+   possible one (mag.c theory 8). A pop that reads a mark found the magazine empty, a push that
+   finds one found it full: neither reads the magazine's header, behind a pointer, whose count n is
+   stale while it is loaded. MAG_TOP_NONE, between two marks of no magazine, is the sentinel. */
 extern MAGPIE_HIDDEN void *mag_top_none[2];
 #define MAG_TOP_NONE (&mag_top_none[1])
 static inline bool mag_is_end(const void *round) {
@@ -101,20 +101,27 @@ typedef struct tcache {
 
 #define TCACHE_CPU_SIZE (offsetof(tcache_t, own) + sizeof(mag_counts_cpu_t) * (SC_COUNT + 1))
 
+/* One CPU's pair of magazines of a class: the loaded one as its top, as a thread's own (mag.h
+   above), and the previous one. */
+typedef struct mag_cpu_pair {
+  void **top;
+  mag_t *prev;
+} mag_cpu_pair_t;
+
 /* One CPU's magazines of malloc's classes (mag_percpu.c). Restartable sequences on the CPU pop
    and push on the loaded magazines without a lock, and trade a pair's two while the lock is
    free (rseq.h); everything else happens under the lock: the previous magazines, and replacing
    a loaded one, which only a sequence on that CPU may do, or anyone after taking it away and
    fencing the CPU. */
 typedef struct mag_cpu {
-  mag_pair_t mags[SC_COUNT + 1]; /* threads count their own operations in their tcaches */
+  mag_cpu_pair_t mags[SC_COUNT + 1]; /* threads count their own operations in their tcaches */
   lock_t lock;
   uint32_t misses;                          /* slow paths taken on this CPU (lock) */
   uint32_t misses_seen;                     /* misses at the last mag_reclaim (lock) */
 } __attribute__((aligned(4096))) mag_cpu_t; /* rseq.h: CPU i's record is at i << 12 */
 
-/* &mags[c].loaded */
-#define MAG_CPU_SLOT(c) (offsetof(mag_cpu_t, mags) + (c) * sizeof(mag_pair_t))
+/* &mags[c].top */
+#define MAG_CPU_SLOT(c) (offsetof(mag_cpu_t, mags) + (c) * sizeof(mag_cpu_pair_t))
 
 /* The calling thread's cache: &tcache_boot before its first allocation, &tcache_dead after it
    exited. Both have only empty magazines, so the fast path always misses on them. */

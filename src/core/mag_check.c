@@ -118,7 +118,8 @@ void mag_check(void) {
   if (!seen.slot) report_fatal("magazine layer: no memory to check it", NULL, cap);
   for (unsigned i = 0; i < ncpus; i++)
     for (unsigned c = 1; c <= SC_COUNT; c++)
-      mag_check_pair(&seen, &mag_cpu(i)->mags[c]);
+      mag_check_pair(&seen, &(mag_pair_t){mag_top_find(mag_cpu(i)->mags[c].top, NULL),
+                                          mag_cpu(i)->mags[c].prev});
   for (unsigned c = 1; c <= SC_COUNT && own; c++)
     mag_check_own(&seen, self, c);
   for (unsigned c = 1; c <= SC_COUNT; c++)

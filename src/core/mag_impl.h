@@ -42,12 +42,14 @@ mag_t *mag_slab_fill(cache_t *cp, mag_t *p, bool cpu);
 /* Gives magazine m's rounds back to the slab layer; m is left empty. */
 void mag_drain(cache_t *cp, mag_t *m);
 
-/* A magazine loaded as a thread's own (mag.c theory 8): its end marks written, its top returned
-   (MAG_TOP_NONE for the sentinel). And back: the magazine whose top is top, its count n set
-   from how far top lies above its lower mark (the sentinel for MAG_TOP_NONE). Its owner's or
-   under its owner's lock, with the owner busy or out of its fast path, so that nobody moves
-   the magazine meanwhile. */
+/* A magazine loaded as a thread's or a CPU's (mag.c theory 8): its end marks written, its top
+   returned (MAG_TOP_NONE for the sentinel). And back: the magazine whose top is top (the
+   sentinel for MAG_TOP_NONE), and its count, how far top lies above its lower mark, into *n
+   (find, where n is not NULL) or the magazine's n (unload). Only where nobody moves the
+   magazine meanwhile: its thread's, or under its thread's or CPU's lock. A CPU's sequences may
+   still pop and push on it (they write no mark): find then reads a count already stale. */
 void **mag_top_load(mag_t *m);
+mag_t *mag_top_find(void **top, uint32_t *n);
 mag_t *mag_top_unload(void **top);
 
 /* Counts a miss past the magazines of cp (statistics; on slow paths only). */

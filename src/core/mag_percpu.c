@@ -10,7 +10,9 @@
  * Theory
  *   1. Pop and push are restartable sequences on the CPU's loaded magazine (rseq.h, mag_fast.h),
  *      correct against preemption, migration and signals without atomics. Memory is bounded
- *      by CPUs, not threads; each thread keeps only its counts (mag.h).
+ *      by CPUs, not threads; each thread keeps only its counts (mag.h). The CPU's pair holds
+ *      the loaded magazine as its top, both its ends marked, as a thread's own (mag.c theory
+ *      8): a sequence commits the top, and the magazine's count is stale while it is loaded.
  *   2. A loaded magazine that ran out (filled up) trades places with the previous one, if that has
  *      rounds (room), in a sequence whose commit stores the swapped pair whole, and only while the
  *      CPU's lock is free (rseq_trade): first thing on a miss, before sampling or the profiler's
@@ -19,20 +21,25 @@
  *      else happens under the CPU's lock, taken so that no trade is in flight (mag_cpu_quiesce): a
  *      thread that reads its CPU after taking the lock there knows it, since a sequence that saw
  *      the lock free has been preempted and starts again; one that took it elsewhere fences the
- *      CPU. A slow path works on a copy of the pair and changes only the previous magazine, which
- *      then no sequence touches; the new loaded one is stored by a sequence that commits only on
- *      that CPU (mag_cpu_install). A thread that moved meanwhile leaves the CPU's loaded magazine
- *      in place and parks the new one as the previous: nothing is lost or shared. The sentinel is
- *      the exception: no sequence commits on it or trades with it, so it is replaced from any CPU,
- *      and a pair never holds the sentinel loaded beside a real magazine (mag_check.c checks).
+ *      CPU. A slow path works on a copy of the pair (the loaded magazine found from its top) and
+ *      changes only the previous magazine, which then no sequence touches; the new loaded one's
+ *      top is swapped in by a sequence that commits only on that CPU and reads the old top last,
+ *      which gives the old magazine its count (mag_cpu_install). Both magazines of a pair carry
+ *      their end marks, so that a trade can load the previous one. A thread that moved
+ *      meanwhile leaves the CPU's loaded magazine in place and parks the new one as the
+ *      previous: nothing is lost or shared. The sentinel is the exception: no sequence commits
+ *      on it or trades with it, so it is replaced from any CPU, and a pair never holds the
+ *      sentinel loaded beside a real magazine (mag_check.c checks).
  *      Without membarrier there is no fence, and no trade: every change takes the lock.
  *   3. Threads taking turns on a CPU get neighbouring objects from its magazines, and write
  *      the same lines once they run apart. So a CPU's refill from the slab layer is dealt out a
  *      line at a time (mag_cpu_spread_lines), and its first refill of a class of blocks smaller
  *      than a line covers MAG_SPREAD_RUNS lines (mag.c's mag_fill_start).
- *   4. The reaper takes the pairs of a CPU that has not missed since its last look: it stores
- *      the sentinel into the loaded slots and fences the CPU (membarrier restarts any sequence
- *      still using one), after which they are its own.
+ *   4. The reaper takes the pairs of a CPU that has not missed since its last look: it exchanges
+ *      the sentinel's top for each loaded one and fences the CPU (membarrier restarts any
+ *      sequence still using one). A sequence that committed between the two stored its top over
+ *      the sentinel: that magazine stays the CPU's. Where the sentinel is still there, the
+ *      magazine is the reaper's, its count from the top it took.
  *   5. A CPU's lock is never held across the slab layer (its lock, a fresh slab's mapping and
  *      page faults): a thread preempted there would stall every thread on the CPU that misses
  *      (docs/decisions/cross-thread-frees.md). A refill takes the empty previous magazine
@@ -53,7 +60,7 @@
 #include <string.h>
 
 _Static_assert(sizeof(mag_cpu_t) == 4096, "rseq.h's sequences find CPU i's record at i << 12");
-_Static_assert(offsetof(mag_cpu_t, mags) % 16 == 0 && sizeof(mag_pair_t) == 16,
+_Static_assert(offsetof(mag_cpu_t, mags) % 16 == 0 && sizeof(mag_cpu_pair_t) == 16,
                "a trade stores a pair in one aligned 16-byte store");
 
 #define MAG_SPREAD_MAX 64 /* rounds of a CPU's refill that mag_cpu_spread_lines orders */
@@ -94,7 +101,7 @@ static void mag_cpu_setup(void) {
   if (mag_ncpus_used) return;
   for (unsigned i = 0; i < mag_ncpus; i++)
     for (unsigned c = 0; c <= SC_COUNT; c++)
-      mag_cpu(i)->mags[c] = (mag_pair_t)MAG_PAIR_EMPTY;
+      mag_cpu(i)->mags[c] = (mag_cpu_pair_t){MAG_TOP_NONE, &mag_empty};
   __atomic_store_n(&mag_ncpus_used, mag_ncpus, __ATOMIC_RELEASE); /* the walks see them set */
 }
 #endif
@@ -188,20 +195,33 @@ static mag_cpu_t *mag_cpu_miss(cache_t *cp, unsigned *cpu) {
   return mc;
 }
 
-/* Makes t, a copy of the CPU's pair of class c as a slow path left it, the CPU's. A loaded
-   magazine changes in a sequence on that CPU, since one of its sequences may still be working
-   on it; the sentinel, on which no sequence commits anything, is replaced from anywhere. If the
-   thread has moved off the CPU and a real magazine is loaded there, the CPU keeps it and the
-   new one becomes the previous (the old previous is already in the new one's place or the
-   depot's). Either way the sentinel stays loaded only beside the sentinel (mag.h). */
+/* The CPU's pair of class c as a slow path works on it: its loaded magazine found from its
+   top (mag_top_find), whose count, which the CPU's sequences change, stays unread. */
+static mag_pair_t mag_cpu_pair(mag_cpu_t *mc, unsigned c) {
+  return (mag_pair_t){mag_top_find(mc->mags[c].top, NULL), mc->mags[c].prev};
+}
+
+/* Makes t, a copy of the CPU's pair of class c as a slow path left it, the CPU's, both
+   magazines marked for the CPU's sequences (mag_top_load). A loaded magazine changes in a
+   sequence on that CPU, since one of its sequences may still be working on it, which also
+   gives the top the old one had last, and so its count; the sentinel, on which no sequence
+   commits anything, is replaced from anywhere. If the thread has moved off the CPU and a real
+   magazine is loaded there, the CPU keeps it and the new one becomes the previous (the old
+   previous is already in the new one's place or the depot's). Either way the sentinel stays
+   loaded only beside the sentinel (mag.h). */
 static void mag_cpu_install(mag_cpu_t *mc, unsigned cpu, unsigned c, const mag_pair_t *t) {
-  mag_pair_t *slot = &mc->mags[c];
-  if (t->loaded == slot->loaded) {
+  mag_cpu_pair_t *slot = &mc->mags[c];
+  mag_t *loaded = mag_top_find(slot->top, NULL);
+  (void)mag_top_load(t->prev); /* marked for a trade to load it */
+  void **old;
+  if (t->loaded == loaded) {
     slot->prev = t->prev;
-  } else if (slot->loaded == &mag_empty) {
-    __atomic_store_n(&slot->loaded, t->loaded, __ATOMIC_RELEASE); /* its rounds first */
+  } else if (loaded == &mag_empty) {
+    __atomic_store_n(&slot->top, mag_top_load(t->loaded), __ATOMIC_RELEASE); /* rounds first */
     slot->prev = t->prev;
-  } else if (rseq_store_on(cpu, (void **)&slot->loaded, t->loaded, mag_consts.rseq_area)) {
+  } else if (rseq_swap_on(cpu, (void **)&slot->top, mag_top_load(t->loaded), (void **)&old,
+                          mag_consts.rseq_area)) {
+    loaded->n = (uint32_t)(old - loaded->rounds); /* t->prev: the old loaded one */
     slot->prev = t->prev;
   } else {
     slot->prev = t->loaded;
@@ -214,7 +234,7 @@ static void mag_cpu_install(mag_cpu_t *mc, unsigned cpu, unsigned c, const mag_p
 void *mag_cpu_alloc_miss(cache_t *cp, unsigned c) {
   unsigned cpu;
   mag_cpu_t *mc = mag_cpu_miss(cp, &cpu);
-  mag_pair_t t = mc->mags[c];
+  mag_pair_t t = mag_cpu_pair(mc, c);
   mag_t *fill = NULL;
   void *obj = mag_alloc_refill(cp, &t, &fill);
   if (fill) {
@@ -227,7 +247,7 @@ void *mag_cpu_alloc_miss(cache_t *cp, unsigned c) {
     }
     obj = fill->rounds[--fill->n];
     mc = mag_cpu_lock(&cpu);
-    t = mc->mags[c];
+    t = mag_cpu_pair(mc, c);
     if (t.prev->n == 0) {
       mag_to_depot(cp, t.prev);
       t.prev = t.loaded;
@@ -247,7 +267,7 @@ void *mag_cpu_alloc_miss(cache_t *cp, unsigned c) {
 bool mag_cpu_free_miss(cache_t *cp, unsigned c, void *obj) {
   unsigned cpu;
   mag_cpu_t *mc = mag_cpu_miss(cp, &cpu);
-  mag_pair_t t = mc->mags[c];
+  mag_pair_t t = mag_cpu_pair(mc, c);
   mag_t *drain = NULL;
   bool kept = mag_free_room(cp, &t, obj, &drain);
   INJECT(INJECT_CPU_INSTALL);
@@ -261,10 +281,12 @@ bool mag_cpu_free_miss(cache_t *cp, unsigned c, void *obj) {
 }
 #endif
 
-/* A loaded magazine is first replaced by the sentinel; the fence then restarts any sequence on
-   that CPU that still uses it, after which it is the caller's (theory 4). */
+/* A loaded magazine's top is first exchanged for the sentinel's; the fence then restarts any
+   sequence on that CPU that still uses it. A sequence that committed in between stored its top
+   over the sentinel: that magazine stays. Where the sentinel is still there, the magazine is
+   the caller's, its count from the top it took (theory 4). */
 void mag_cpu_reclaim(bool all) {
-  mag_t *loaded[SC_COUNT + 1];
+  void **taken_top[SC_COUNT + 1];
   for (unsigned i = 0, n = mag_cpu_count(); i < n; i++) {
     mag_cpu_t *mc = mag_cpu(i);
     lock_acquire(&mc->lock);
@@ -274,21 +296,23 @@ void mag_cpu_reclaim(bool all) {
       for (unsigned c = 1; c <= SC_COUNT; c++) {
         mag_to_depot(&malloc_caches[c], mc->mags[c].prev);
         mc->mags[c].prev = &mag_empty;
-        loaded[c] = mc->mags[c].loaded;
-        if (mag_consts.cpu_fence && loaded[c] != &mag_empty) {
-          __atomic_store_n(&mc->mags[c].loaded, &mag_empty, __ATOMIC_RELAXED);
+        taken_top[c] = MAG_TOP_NONE;
+        if (mag_consts.cpu_fence && mc->mags[c].top != MAG_TOP_NONE) {
+          taken_top[c] = __atomic_exchange_n(&mc->mags[c].top, MAG_TOP_NONE, __ATOMIC_RELAXED);
           taken = true;
         }
       }
       if (taken) INJECT(INJECT_CPU_PARKED);
       bool fenced = taken && os_fence_rseq(i);
-      for (unsigned c = 1; c <= SC_COUNT && taken; c++)
-        if (loaded[c] != &mag_empty) {
-          if (fenced)
-            mag_to_depot(&malloc_caches[c], loaded[c]);
-          else /* no fence, no taking: a sequence may still be using it */
-            __atomic_store_n(&mc->mags[c].loaded, loaded[c], __ATOMIC_RELAXED);
-        }
+      for (unsigned c = 1; c <= SC_COUNT && taken; c++) {
+        void **none = MAG_TOP_NONE;
+        if (taken_top[c] == MAG_TOP_NONE) continue;
+        if (!fenced) /* no fence, no taking: a sequence may still be using it */
+          __atomic_compare_exchange_n(&mc->mags[c].top, &none, taken_top[c], false,
+                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+        else if (__atomic_load_n(&mc->mags[c].top, __ATOMIC_RELAXED) == MAG_TOP_NONE)
+          mag_to_depot(&malloc_caches[c], mag_top_unload(taken_top[c]));
+      }
     }
     mc->misses_seen = mc->misses;
     lock_release(&mc->lock);

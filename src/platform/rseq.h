@@ -18,7 +18,9 @@
  * and test the per-thread magazines.
  *
  * The sequences work on an array of per-CPU records (mag.h: mag_cpu_t, 4 KiB apart): `slot` is
- * the address of a class's pair (loaded magazine pointer, then previous) in CPU 0's record.
+ * the address of a class's pair (the loaded magazine's top, then the previous magazine) in CPU
+ * 0's record. A loaded magazine's rounds lie between its two end marks (mag.c theory 8): a pop
+ * or push reads the top and the word beside it, never the magazine's header.
  */
 #ifndef MAGPIE_RSEQ_H
 #define MAGPIE_RSEQ_H
@@ -57,43 +59,44 @@
 /* One instruction a line: */
 /* clang-format off */
 
-/* Pops an object from the current CPU's loaded magazine of the class at `slot`; NULL if it is
-   empty. Commit: the magazine's new count. */
+/* Pops an object from the current CPU's loaded magazine of the class at `slot`, whose top the
+   slot holds (mag.h: the word below the top is a round, or the magazine's lower end mark, odd);
+   NULL if it is empty. Commit: the top, one round lower. */
 static inline void *rseq_pop(char *slot, ptrdiff_t area) {
   void *obj;
   __asm__ __volatile__(
       RSEQ_BEGIN("%%rax", "%[area]")
       "movl %%fs:" RSEQ_CPU_ID "(%[area]), %%eax\n\t"
       "shlq $" RSEQ_CPU_SHIFT ", %%rax\n\t"
-      "movq (%%rax, %[slot]), %%rcx\n\t" /* the loaded magazine */
+      "movq (%%rax, %[slot]), %%rcx\n\t" /* the top */
       "xorl %k[obj], %k[obj]\n\t"
-      "movl (%%rcx), %%eax\n\t"          /* n */
-      "testl %%eax, %%eax\n\t"
-      "jz 2f\n\t"
-      "subl $1, %%eax\n\t"
-      "movq 24(%%rcx, %%rax, 8), %[obj]\n\t" /* rounds[n - 1] */
-      "movl %%eax, (%%rcx)\n"             /* commit: n - 1 */
+      "movq -8(%%rcx), %%rdx\n\t"        /* the round below it, or the lower end mark */
+      "testb $1, %%dl\n\t"
+      "jnz 2f\n\t"
+      "movq %%rdx, %[obj]\n\t"
+      "subq $8, %%rcx\n\t"
+      "movq %%rcx, (%%rax, %[slot])\n"   /* commit: the top lowered */
       RSEQ_END
       : [obj] "=&r"(obj)
       : [area] "r"(area), [slot] "r"(slot)
-      : "memory", "cc", "rax", "rcx");
+      : "memory", "cc", "rax", "rcx", "rdx");
   return obj;
 }
 
-/* Pushes obj onto the current CPU's loaded magazine of the class at `slot`; 0 if it is full.
-   Commit: the magazine's new count (the round above the count is free until then). */
+/* Pushes obj onto the current CPU's loaded magazine of the class at `slot`; 0 if it is full
+   (the word at the top is the upper end mark). Commit: the top, one round higher (the word at
+   the top is free until then). */
 static inline int rseq_push(char *slot, ptrdiff_t area, void *obj) {
   __asm__ goto(
       RSEQ_BEGIN("%%rax", "%[area]")
       "movl %%fs:" RSEQ_CPU_ID "(%[area]), %%eax\n\t"
       "shlq $" RSEQ_CPU_SHIFT ", %%rax\n\t"
-      "movq (%%rax, %[slot]), %%rcx\n\t" /* the loaded magazine */
-      "movl (%%rcx), %%eax\n\t"          /* n */
-      "cmpl 4(%%rcx), %%eax\n\t"         /* cap */
-      "je %l[full]\n\t"
-      "movq %[obj], 24(%%rcx, %%rax, 8)\n\t" /* rounds[n] */
-      "addl $1, %%eax\n\t"
-      "movl %%eax, (%%rcx)\n"             /* commit: n + 1 */
+      "movq (%%rax, %[slot]), %%rcx\n\t" /* the top */
+      "testb $1, (%%rcx)\n\t"            /* the upper end mark */
+      "jnz %l[full]\n\t"
+      "movq %[obj], (%%rcx)\n\t"
+      "addq $8, %%rcx\n\t"
+      "movq %%rcx, (%%rax, %[slot])\n"   /* commit: the top raised */
       RSEQ_END
       :
       : [area] "r"(area), [slot] "r"(slot), [obj] "r"(obj)
@@ -105,54 +108,65 @@ full:
 }
 
 /* Swaps the current CPU's loaded and previous magazines of the class at `slot` where the loaded
-   one is empty (alloc) or full (!alloc), is no sentinel (capacity 0), and the previous one has
-   rounds (room), while the CPU's lock, whose state word is at `lock` in CPU 0's record, is free;
-   returns whether it did. Commit: the pair, in one 16-byte store. */
+   one is empty (alloc: the word below its top is its end mark) or full (!alloc: the word at
+   its top is), is no sentinel (whose marks name no magazine), and the previous one has rounds
+   (room), while the CPU's lock, whose state word is at `lock` in CPU 0's record, is free;
+   returns whether it did. The loaded magazine gets its count back (0, or its capacity) and the
+   previous one's top is its count's round, both marked already (mag_percpu.c). Commit: the
+   pair, (the previous one's top, the loaded magazine), in one 16-byte store. */
 static inline int rseq_trade(char *slot, char *lock, ptrdiff_t area, int alloc) {
   uint32_t bound = alloc ? 0 : ~0u; /* & cap: the count at which a magazine cannot serve */
+  ptrdiff_t end = alloc ? -8 : 0;   /* from the top: the word that is a mark once it cannot */
   __asm__ goto(
       RSEQ_BEGIN("%%rax", "%[area]")
       "movl %%fs:" RSEQ_CPU_ID "(%[area]), %%eax\n\t"
       "shlq $" RSEQ_CPU_SHIFT ", %%rax\n\t"
       "cmpl $0, (%%rax, %[lock])\n\t"     /* the lock is held: no trade */
       "jne %l[no]\n\t"
-      "movq (%%rax, %[slot]), %%rcx\n\t"  /* loaded */
-      "movq 8(%%rax, %[slot]), %%rdx\n\t" /* prev */
-      "movl 4(%%rcx), %%esi\n\t"          /* loaded's cap */
-      "testl %%esi, %%esi\n\t"
+      "movq (%%rax, %[slot]), %%rcx\n\t"  /* the top */
+      "movq (%%rcx, %[end]), %%rcx\n\t"   /* an end mark where the loaded one cannot serve */
+      "btrq $0, %%rcx\n\t"
+      "jnc %l[no]\n\t"
+      "testq %%rcx, %%rcx\n\t"            /* the sentinel's marks name no magazine */
       "jz %l[no]\n\t"
-      "andl %k[bound], %%esi\n\t"
-      "cmpl %%esi, (%%rcx)\n\t"           /* loaded cannot serve */
-      "jne %l[no]\n\t"
+      "movq 8(%%rax, %[slot]), %%rdx\n\t" /* prev */
       "movl 4(%%rdx), %%esi\n\t"
       "andl %k[bound], %%esi\n\t"
-      "cmpl %%esi, (%%rdx)\n\t"           /* nor can prev */
+      "movl (%%rdx), %%edi\n\t"           /* prev's n */
+      "cmpl %%esi, %%edi\n\t"             /* nor can prev */
       "je %l[no]\n\t"
+      "movl 4(%%rcx), %%esi\n\t"
+      "andl %k[bound], %%esi\n\t"
+      "movl %%esi, (%%rcx)\n\t"           /* the loaded one's count */
+      "leaq 24(%%rdx, %%rdi, 8), %%rdx\n\t" /* prev's top: &rounds[n] */
       "movq %%rdx, %%xmm0\n\t"
       "movq %%rcx, %%xmm1\n\t"
-      "punpcklqdq %%xmm1, %%xmm0\n\t"     /* (prev, loaded) */
+      "punpcklqdq %%xmm1, %%xmm0\n\t"     /* (prev's top, loaded) */
       "movdqa %%xmm0, (%%rax, %[slot])\n"  /* commit: the pair swapped */
       RSEQ_END
       :
-      : [area] "r"(area), [slot] "r"(slot), [lock] "r"(lock), [bound] "r"(bound)
-      : "memory", "cc", "rax", "rcx", "rdx", "rsi", "xmm0", "xmm1"
+      : [area] "r"(area), [slot] "r"(slot), [lock] "r"(lock), [bound] "r"(bound), [end] "r"(end)
+      : "memory", "cc", "rax", "rcx", "rdx", "rsi", "rdi", "xmm0", "xmm1"
       : no);
   return 1;
 no:
   return 0;
 }
 
-/* Stores v into *where if the thread runs on `cpu`; returns whether it did. */
-static inline int rseq_store_on(unsigned cpu, void **where, void *v, ptrdiff_t area) {
+/* Stores v into *where if the thread runs on `cpu`, and what *where held into *old; returns
+   whether it did. */
+static inline int rseq_swap_on(unsigned cpu, void **where, void *v, void **old, ptrdiff_t area) {
   __asm__ goto(
       RSEQ_BEGIN("%%rax", "%[area]")
       "cmpl %%fs:" RSEQ_CPU_ID "(%[area]), %[cpu]\n\t"
       "jne %l[moved]\n\t"
+      "movq (%[where]), %%rcx\n\t"
+      "movq %%rcx, (%[old])\n\t"
       "movq %[v], (%[where])\n"           /* commit */
       RSEQ_END
       :
-      : [area] "r"(area), [cpu] "r"(cpu), [where] "r"(where), [v] "r"(v)
-      : "memory", "cc", "rax"
+      : [area] "r"(area), [cpu] "r"(cpu), [where] "r"(where), [v] "r"(v), [old] "r"(old)
+      : "memory", "cc", "rax", "rcx"
       : moved);
   return 1;
 moved:

@@ -207,18 +207,19 @@ static void *trade_user(void *arg) {
       magpie_free(b[i]);
   }
   UCHECK(mag_tls->cpus != NULL);
-  mag_pair_t *pair = &mag_cpu(cpu)->mags[sc_of(TRADE_SIZE)];
-  unsigned cap = pair->loaded->cap;
+  mag_cpu_pair_t *pair = &mag_cpu(cpu)->mags[sc_of(TRADE_SIZE)];
+  unsigned cap = mag_top_find(pair->top, NULL)->cap;
   UCHECK(cap >= 8 && pair->prev->cap == cap && cap + cap / 2 <= TRADE_MAX);
   uint64_t misses_before = 0, misses_after = 0;
   static lock_stats_t lock;
   for (int round = -2; round < TRADE_ROUNDS; round++) { /* two rounds to settle the pair */
     if (round == 0) mag_cpu_stats(cpu, &misses_before, &lock);
-    mag_t *loaded = pair->loaded;
+    mag_t *loaded = mag_top_find(pair->top, NULL);
     unsigned n;
     for (n = 0; n < TRADE_SWING(cap); n++)
       UCHECK((b[n] = magpie_malloc(TRADE_SIZE)) != NULL);
-    UCHECK(round < 0 || pair->loaded != loaded); /* the swing crossed the loaded one's edge */
+    UCHECK(round < 0 ||
+           mag_top_find(pair->top, NULL) != loaded); /* crossed the loaded one's edge */
     while (n > 0)
       magpie_free(b[--n]);
   }
@@ -231,7 +232,7 @@ static void *trade_user(void *arg) {
 /* Breaks the magazine layer with breaker in a child process (unit_in_child), then runs the
    checker there: it must abort with a report that contains expect. */
 #define BROKEN_CLASS 3
-static void (*breaker_now)(mag_pair_t *pair, cache_t *cp);
+static void (*breaker_now)(mag_cpu_pair_t *pair, cache_t *cp);
 
 static void break_and_check(void *arg) {
   (void)arg;
@@ -239,7 +240,7 @@ static void break_and_check(void *arg) {
   mag_check();
 }
 
-static void check_catches(void (*breaker)(mag_pair_t *pair, cache_t *cp), const char *expect) {
+static void check_catches(void (*breaker)(mag_cpu_pair_t *pair, cache_t *cp), const char *expect) {
   static char report[4096];
   breaker_now = breaker;
   int status = unit_in_child(break_and_check, NULL, report, sizeof report);
@@ -248,16 +249,16 @@ static void check_catches(void (*breaker)(mag_pair_t *pair, cache_t *cp), const 
 
 /* The state a slow path that moved CPUs used to leave (the sentinel loaded, a magazine beside
    it). */
-static void break_half_sentinel(mag_pair_t *pair, cache_t *cp) {
+static void break_half_sentinel(mag_cpu_pair_t *pair, cache_t *cp) {
   (void)cp;
-  *pair = (mag_pair_t){&mag_empty, depot_mag_new(4)};
+  *pair = (mag_cpu_pair_t){MAG_TOP_NONE, depot_mag_new(4)};
 }
 
 /* A magazine both previous on a CPU and on its depot's empty list. */
-static void break_two_places(mag_pair_t *pair, cache_t *cp) {
+static void break_two_places(mag_cpu_pair_t *pair, cache_t *cp) {
   mag_t *m = depot_mag_new(4);
   depot_put(cp, m);
-  *pair = (mag_pair_t){depot_mag_new(4), m};
+  *pair = (mag_cpu_pair_t){mag_top_load(depot_mag_new(4)), m};
 }
 
 int main(int argc, char **argv) {
