@@ -6,7 +6,7 @@ pagemap_hot_t pagemap_hot = {.root = UINTPTR_MAX}; /* no address's root index */
 static bool pagemap_hot_claimed;                   /* (atomic) */
 
 static uintptr_t *pagemap_leaf(uintptr_t addr) {
-  uintptr_t **slot = &pagemap_root[addr >> (47 - PM_ROOT_BITS)];
+  uintptr_t **slot = &pagemap_root[pagemap_root_index(addr)];
   uintptr_t *leaf = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
   if (leaf) return leaf;
   size_t bytes = sizeof(uintptr_t) << PM_LEAF_BITS;
@@ -35,8 +35,7 @@ bool pagemap_set(uintptr_t addr, size_t size, uintptr_t value) {
   uintptr_t tag = value & PM_TAG_MASK;
   for (uintptr_t a = addr; a < addr + size; a += OS_PAGE) {
     if (a >> 47) return false;
-    uintptr_t *leaf = pagemap_leaf(a), root = a >> (47 - PM_ROOT_BITS);
-    uintptr_t index = (a >> OS_PAGE_SHIFT) & (((uintptr_t)1 << PM_LEAF_BITS) - 1);
+    uintptr_t *leaf = pagemap_leaf(a), root = pagemap_root_index(a), index = pagemap_leaf_index(a);
     if (!leaf) return false;
     __atomic_store_n(&leaf[index], value, __ATOMIC_RELAXED);
     if (a == addr && tag != 0 && tag < PM_TAG_PROFILED) /* a malloc slab's first page */

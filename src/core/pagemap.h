@@ -49,9 +49,17 @@ typedef struct pagemap_hot {
 } __attribute__((aligned(OS_LINE))) pagemap_hot_t;
 extern MAGPIE_HIDDEN pagemap_hot_t pagemap_hot;
 
+/* Where addr's entry is: its leaf's index in the root (beyond the root: above the 47-bit
+   space), its page's index in the leaf. */
+static MP_INLINE uintptr_t pagemap_root_index(uintptr_t addr) {
+  return addr >> (47 - PM_ROOT_BITS);
+}
+static MP_INLINE uintptr_t pagemap_leaf_index(uintptr_t addr) {
+  return (addr >> OS_PAGE_SHIFT) & (((uintptr_t)1 << PM_LEAF_BITS) - 1);
+}
+
 static MP_INLINE uintptr_t pagemap_get(uintptr_t addr) {
-  uintptr_t root = addr >> (47 - PM_ROOT_BITS); /* beyond the root: above the 47-bit space */
-  uintptr_t index = (addr >> OS_PAGE_SHIFT) & (((uintptr_t)1 << PM_LEAF_BITS) - 1);
+  uintptr_t root = pagemap_root_index(addr), index = pagemap_leaf_index(addr);
   uintptr_t *leaf;
   if (MP_LIKELY(root == __atomic_load_n(&pagemap_hot.root, __ATOMIC_ACQUIRE))) {
     leaf = __atomic_load_n(&pagemap_hot.leaf, __ATOMIC_RELAXED);
@@ -66,12 +74,10 @@ static MP_INLINE uintptr_t pagemap_get(uintptr_t addr) {
 /* The tag of addr's page (PM_TAG_MASK's bits of its entry), from the hot tags where addr lies in
    the hot leaf's GiB; there it may be 0 where the entry is not (see the theory above). */
 static MP_INLINE unsigned pagemap_tag(uintptr_t addr) {
-  uintptr_t root = addr >> (47 - PM_ROOT_BITS);
-  if (MP_LIKELY(root == __atomic_load_n(&pagemap_hot.root, __ATOMIC_ACQUIRE))) {
-    uintptr_t index = (addr >> OS_PAGE_SHIFT) & (((uintptr_t)1 << PM_LEAF_BITS) - 1);
-    return __atomic_load_n(&__atomic_load_n(&pagemap_hot.tags, __ATOMIC_RELAXED)[index],
-                           __ATOMIC_RELAXED);
-  }
+  if (MP_LIKELY(pagemap_root_index(addr) == __atomic_load_n(&pagemap_hot.root, __ATOMIC_ACQUIRE)))
+    return __atomic_load_n(
+        &__atomic_load_n(&pagemap_hot.tags, __ATOMIC_RELAXED)[pagemap_leaf_index(addr)],
+        __ATOMIC_RELAXED);
   return (unsigned)(pagemap_get(addr) & PM_TAG_MASK);
 }
 
