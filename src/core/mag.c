@@ -525,8 +525,7 @@ void mag_free(unsigned c, void *p) {
 unsigned mag_miss_weight(unsigned c) {
   tcache_t *tc = mag_tls;
   if (tc->cpus) return depot_cap(&malloc_caches[c]) + 1;
-  mag_t *m = mag_top_unload(fast_enter(tc, c)); /* busy: the reaper leaves it in place */
-  unsigned cap = m->cap;
+  unsigned cap = mag_top_find(fast_enter(tc, c), NULL)->cap; /* busy: the reaper leaves it */
   fast_leave(tc);
   return cap + 1;
 }
