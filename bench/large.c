@@ -1,7 +1,7 @@
 /*
  * large: big blocks: realloc growth, large-block churn, and calloc of large zeroed blocks.
  *
- * Three modes (-m), each a separate row in the runner's table:
+ * Four modes (-m), each a separate row in the runner's table:
  *   realloc  each thread builds, per round, a string of -n MiB by appending chunks of 1..4096
  *            bytes with realloc to the exact new length (naive C string building), and a vector
  *            of -n MiB whose capacity grows by half each time (std::vector-like), with a small
@@ -16,11 +16,18 @@
  *            (a word in each page, at a varying offset, and the first and last bytes), dirties
  *            them, and frees them; an allocator that reuses dirty memory must zero it, one that
  *            takes fresh pages from the kernel need not.
+ *   shrink   thread 0 builds a heap of -n MiB in SHRINK_BLOCK blocks, writes every page, frees it
+ *            all and calls malloc_trim(0), -i times; meanwhile the other threads allocate, touch
+ *            and free WAIT_BLOCK blocks without pause and time each pair. Reported: their longest
+ *            and 99th-percentile wait (wait_max_ms, wait_p99_ms) and how many pairs they made:
+ *            an allocator that gives pages back to the kernel under a lock that allocations
+ *            need stalls them for as long as the kernel takes (milliseconds a GiB).
  *
- *   large -m realloc|churn|calloc [-t threads] [-i rounds/ops] [-n MiB] [-s seed]
+ *   large -m realloc|churn|calloc|shrink [-t threads] [-i rounds/ops] [-n MiB] [-s seed]
  */
 #include "bench.h"
 
+#include <malloc.h>
 #include <stdint.h>
 
 #define PAGE 4096
@@ -31,12 +38,17 @@
 #define CALLOC_MAX (32u * 1024 * 1024)
 #define APPEND_MAX 4096 /* largest string append */
 #define SIDE_SLOTS 64   /* small blocks allocated between appends */
+#define SHRINK_BLOCK (16u * 1024 * 1024)
+#define WAIT_BLOCK (1024u * 1024)
+#define WAIT_BINS 4096 /* waits counted in 10-microsecond bins; longer ones in the last */
 
 static const char usage[] =
-    "large: realloc growth to many MiB, 64 KiB..64 MiB block churn, large calloc\n"
-    "  -m realloc|churn|calloc (default realloc)   -t threads (default 2)\n"
-    "  -i realloc: rounds per thread (default 2); churn, calloc: total blocks (default 400)\n"
-    "  -n realloc: MiB per string and vector (default 8)   -s seed\n";
+    "large: realloc growth to many MiB, 64 KiB..64 MiB block churn, large calloc, waits while\n"
+    "  another thread shrinks its heap\n"
+    "  -m realloc|churn|calloc|shrink (default realloc)   -t threads (default 2)\n"
+    "  -i realloc: rounds per thread (default 2); churn, calloc: total blocks (default 400);\n"
+    "     shrink: heaps built and freed (default 3)\n"
+    "  -n realloc: MiB per string and vector (default 8); shrink: MiB of the heap   -s seed\n";
 
 typedef struct {
   int mode;
@@ -47,7 +59,14 @@ typedef struct {
   char pad[BENCH_LINE];
 } job_t;
 
-enum { M_REALLOC, M_CHURN, M_CALLOC };
+enum { M_REALLOC, M_CHURN, M_CALLOC, M_SHRINK };
+
+/* shrink: the waiting threads run until the shrinking one is done; their waits, binned. */
+static volatile int shrink_done;
+static pthread_mutex_t wait_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t wait_bins[WAIT_BINS];
+static double wait_max;
+static uint64_t wait_pairs;
 
 /* The byte at position i of a grown string or vector. */
 static inline unsigned char grow_byte(size_t i, uint64_t seed) {
@@ -170,6 +189,58 @@ static void do_calloc(job_t *j, bench_rng_t *r) {
   }
 }
 
+/* shrink, thread 0: builds, writes, frees and trims the heap j->count times. */
+static void do_shrink(job_t *j) {
+  size_t n = j->target / SHRINK_BLOCK + 1;
+  unsigned char **blocks = bench_xmalloc(n * sizeof(*blocks));
+  for (long k = 0; k < j->count; k++) {
+    for (size_t i = 0; i < n; i++) {
+      blocks[i] = bench_xmalloc(SHRINK_BLOCK);
+      touch_pages(blocks[i], SHRINK_BLOCK, (uint64_t)i);
+    }
+    for (size_t i = 0; i < n; i++) {
+      check_pages(blocks[i], SHRINK_BLOCK, (uint64_t)i);
+      free(blocks[i]);
+    }
+    malloc_trim(0);
+    j->bytes += (double)n * SHRINK_BLOCK;
+  }
+  free(blocks);
+  __atomic_store_n(&shrink_done, 1, __ATOMIC_RELEASE);
+}
+
+/* shrink, the other threads: time malloc + touch + free of WAIT_BLOCK until thread 0 is done. */
+static void do_wait(void) {
+  static __thread uint64_t bins[WAIT_BINS];
+  double worst = 0;
+  uint64_t pairs = 0;
+  while (!__atomic_load_n(&shrink_done, __ATOMIC_ACQUIRE)) {
+    double t0 = bench_now();
+    unsigned char *p = bench_xmalloc(WAIT_BLOCK);
+    p[0] = p[WAIT_BLOCK / 2] = p[WAIT_BLOCK - 1] = 1;
+    free(p);
+    double d = bench_now() - t0;
+    size_t bin = (size_t)(d * 1e5);
+    bins[bin < WAIT_BINS ? bin : WAIT_BINS - 1]++;
+    if (d > worst) worst = d;
+    pairs++;
+  }
+  pthread_mutex_lock(&wait_lock);
+  for (size_t i = 0; i < WAIT_BINS; i++)
+    wait_bins[i] += bins[i];
+  if (worst > wait_max) wait_max = worst;
+  wait_pairs += pairs;
+  pthread_mutex_unlock(&wait_lock);
+}
+
+/* The 99th-percentile wait in ms: the upper edge of its bin. */
+static double wait_p99_ms(void) {
+  uint64_t seen = 0;
+  for (size_t i = 0; i < WAIT_BINS; i++)
+    if ((seen += wait_bins[i]) * 100 >= wait_pairs * 99) return (double)(i + 1) * 0.01;
+  return 0;
+}
+
 static void *worker(void *arg) {
   job_t *j = arg;
   bench_rng_t r;
@@ -178,8 +249,12 @@ static void *worker(void *arg) {
     do_realloc(j, &r);
   else if (j->mode == M_CHURN)
     do_churn(j, &r);
-  else
+  else if (j->mode == M_CALLOC)
     do_calloc(j, &r);
+  else if (j->count)
+    do_shrink(j);
+  else
+    do_wait();
   return NULL;
 }
 
@@ -193,10 +268,14 @@ int main(int argc, char **argv) {
     mode = M_CHURN;
   else if (strcmp(a.mode, "calloc") == 0)
     mode = M_CALLOC;
+  else if (strcmp(a.mode, "shrink") == 0)
+    mode = M_SHRINK;
   else
-    bench_die("unknown mode %s (realloc, churn or calloc)", a.mode);
-  if (a.iters == 0) a.iters = mode == M_REALLOC ? 2 : 400; /* -i 0: the mode's default */
+    bench_die("unknown mode %s (realloc, churn, calloc or shrink)", a.mode);
+  if (a.iters == 0) /* -i 0: the mode's default */
+    a.iters = mode == M_REALLOC ? 2 : mode == M_SHRINK ? 3 : 400;
   if (a.n < 1) bench_die("-n must be >= 1");
+  if (mode == M_SHRINK && a.threads < 2) bench_die("-m shrink needs -t 2 or more");
 
   /* calloc must refuse a product that overflows, whatever the allocator. */
   volatile size_t huge = SIZE_MAX / 2; /* volatile: keep the compiler from flagging it */
@@ -209,7 +288,9 @@ int main(int argc, char **argv) {
   if (jobs == NULL || tids == NULL) bench_die("out of memory");
   for (int i = 0; i < t; i++) {
     jobs[i].mode = mode;
-    jobs[i].count = mode == M_REALLOC ? a.iters : a.iters / t + (i < a.iters % t);
+    jobs[i].count = mode == M_REALLOC   ? a.iters
+                    : mode == M_SHRINK ? (i == 0 ? a.iters : 0)
+                                       : a.iters / t + (i < a.iters % t);
     jobs[i].target = (size_t)a.n * 1024 * 1024;
     jobs[i].seed = a.seed * 1000003u + (uint64_t)i;
   }
@@ -220,8 +301,12 @@ int main(int argc, char **argv) {
   double bytes = 0;
   for (int i = 0; i < t; i++)
     bytes += jobs[i].bytes;
-  printf("RESULT large time=%.4f mode=%s threads=%d gib=%.2f gib_per_s=%.2f\n", secs, a.mode, t,
+  printf("RESULT large time=%.4f mode=%s threads=%d gib=%.2f gib_per_s=%.2f", secs, a.mode, t,
          bytes / (1 << 30), bytes / (1 << 30) / secs);
+  if (mode == M_SHRINK)
+    printf(" wait_max_ms=%.2f wait_p99_ms=%.2f wait_pairs=%llu", wait_max * 1e3, wait_p99_ms(),
+           (unsigned long long)wait_pairs);
+  printf("\n");
   free(jobs);
   free(tids);
   return 0;

@@ -182,6 +182,12 @@ def plan(mode, threads=None):
                       ["-m", "churn", "-t", "2", "-i", "100" if quick else "400"]))
     w.append(Workload("calloc", "large", "large zeroed blocks from calloc",
                       ["-m", "calloc", "-t", "2", "-i", "100" if quick else "400"]))
+    w.append(Workload("shrink-wait", "large",
+                      "1 MiB malloc+free while another thread frees and trims a %s MiB heap"
+                      % ("512" if quick else "1024"),
+                      ["-m", "shrink", "-t", "2", "-i", "3", "-n", "512" if quick else "1024"],
+                      metric=[("wait_max_ms", "longest malloc+free wait, ms", "lower"),
+                              ("wait_p99_ms", "99th-percentile wait, ms", "lower")]))
     w.append(Workload("objcache", "objcache", "magpie_cache_* with a constructor vs malloc+init",
                       ["-t", "2", "-i", "1000000" if quick else "4000000"], kind="objcache",
                       metric=("speedup", "malloc+init / cache", "higher"), only=[SUBJECT]))

@@ -74,20 +74,25 @@ static int touch_cmp(const void *a, const void *b) {
   return (x->thread > y->thread) - (x->thread < y->thread);
 }
 
-/* Prints, for each kind, the percentage of spans that two threads' blocks or more touch. */
-static void share_report(void) {
+/* Prints, for each kind, the percentage of spans that two threads' blocks or more touch, and
+   how many pages a thread's live blocks touch on average (its working set's spread). */
+static void share_report(int threads) {
   qsort(share->touches, share->n, sizeof(touch_t), touch_cmp);
-  size_t units[SHARE_KINDS] = {0}, shared[SHARE_KINDS] = {0};
+  size_t units[SHARE_KINDS] = {0}, shared[SHARE_KINDS] = {0}, owned[SHARE_KINDS] = {0};
   for (size_t i = 0, j; i < share->n; i = j) {
     int two = 0;
-    for (j = i; j < share->n && share->touches[j].unit == share->touches[i].unit; j++)
+    for (j = i; j < share->n && share->touches[j].unit == share->touches[i].unit; j++) {
       two |= share->touches[j].thread != share->touches[i].thread;
+      owned[share->touches[i].unit % SHARE_KINDS] +=
+          j == i || share->touches[j].thread != share->touches[j - 1].thread;
+    }
     units[share->touches[i].unit % SHARE_KINDS]++;
     shared[share->touches[i].unit % SHARE_KINDS] += two;
   }
   for (int k = 0; k < SHARE_KINDS; k++)
     printf(" %s_shared_pct=%.2f", share_name[k],
            units[k] ? 100.0 * (double)shared[k] / (double)units[k] : 0.0);
+  printf(" pages_per_thread=%.1f", (double)owned[SHARE_KINDS - 1] / (double)threads);
 }
 
 typedef struct {
@@ -153,7 +158,7 @@ int main(int argc, char **argv) {
   double ops = (double)per * t;
   printf("RESULT threadchurn time=%.4f threads=%d ops=%.0f mops_per_s=%.2f", secs, t, ops,
          ops / secs / 1e6);
-  if (share) share_report();
+  if (share) share_report(t);
   printf("\n");
   free(jobs);
   free(tids);
