@@ -120,10 +120,10 @@ static void hp_subreleased(vmem_seg_t *span) {
   }
 }
 
-/* A purge inside a slab huge page: a subrelease when the page is not wholly free. */
-static void hp_purge(void *source, vmem_seg_t *span, void *addr, size_t size) {
+/* A purge inside a slab huge page is a subrelease when the page is not wholly free. */
+static void hp_purging(void *source, vmem_seg_t *span, void *addr, size_t size) {
   (void)source;
-  os_purge(addr, size);
+  (void)addr;
   if (size != span->size) hp_subreleased(span);
 }
 
@@ -143,7 +143,7 @@ void hugepage_init(void) {
   hp.thp = os_thp_mode();
   vmem_init(&slab_arena, "slab", OS_PAGE, hp_import, hp_release, NULL, OS_HUGE, OS_HUGE);
   slab_arena.pack = true;
-  slab_arena.purge = hp_purge;
+  slab_arena.purging = hp_purging;
   hugepage_options();
 }
 

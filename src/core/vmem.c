@@ -30,9 +30,9 @@
  *      bytes exceed both `retain` and its bytes in use (packing arenas: theory 9); below that
  *      it stays for the next requests (a fresh mapping costs a page fault per page touched,
  *      reuse costs none). A busy heap thus reuses its own pages; an idle one is purged by
- *      vmem_reap. Free segments are "dirty" until purged (MADV_DONTNEED through the OS, or the
- *      owner's purge function) by vmem_reap; purged and never-touched memory is "clean" and
- *      reads as zero, which callers may use to skip memset.
+ *      vmem_reap. Free segments are "dirty" until purged (MADV_DONTNEED through the OS, the
+ *      owner told first) by vmem_reap; purged and never-touched memory is "clean" and reads as
+ *      zero, which callers may use to skip memset.
  *   8. Each segment points at its span's marker, which counts the span's bytes in use and keeps
  *      two words for the arena's owner: the span's backing and a busy mark (the owner works on
  *      the span outside the lock, vmem_spans_take; it is not released meanwhile). An import
@@ -44,10 +44,22 @@
  *   10. One lock per arena protects everything; it is taken after slab locks and before the
  *      metadata pool's and the OS's (which take none); a child arena's before its parent's
  *      (an import runs under the child's lock). Segment tags come from a metadata pool.
+ *      Giving pages back to the kernel runs outside the lock, since its cost grows with the
+ *      pages resident (a purge or an unmap of a big heap takes milliseconds, and every thread
+ *      that makes a slab or a large block would wait): under the lock a segment to purge
+ *      becomes VMEM_PURGING (off the free lists, so nothing allocates it; coalescing stops at
+ *      it; counted clean already) and, where the parent is the kernel (release_unlocked), a
+ *      span to release leaves the arena; after the OS calls the lock is taken again and a
+ *      purged segment is freed as any other. A child arena releases to its parent under its
+ *      lock: that costs a call into the parent, and a span in flight meanwhile would send a
+ *      crowd of threads that need one to map new memory. Importing stays under the lock: a
+ *      mapping touches no page. `unlocked` counts the threads between, so that fork's prepare
+ *      can wait for them (vmem_lock_settled).
  */
 #include "vmem.h"
 #include "meta.h"
 #include "os.h"
+#include "inject.h"
 #include "report.h"
 
 #include <string.h>
@@ -55,8 +67,21 @@
 #define VMEM_SPAN 1
 #define VMEM_FREE 2
 #define VMEM_ALLOC 3
+#define VMEM_PURGING 4
 #define VMEM_HASH_MIN 256  /* initial buckets; grows 4x past one segment per bucket */
 #define VMEM_SEARCH_MAX 16 /* segments examined by a bounded search */
+#define VMEM_JOBS 32       /* purges and releases taken out from under the lock at a time */
+
+/* Pages to give back outside the lock (theory 10): a free segment to purge (VMEM_PURGING
+   meanwhile), or a span already taken out of the arena, to release to the parent (seg NULL). */
+typedef struct vmem_jobs {
+  unsigned n;
+  struct {
+    vmem_seg_t *seg;
+    uintptr_t start;
+    size_t size;
+  } job[VMEM_JOBS];
+} vmem_jobs_t;
 
 static meta_pool_t vmem_seg_pool = META_POOL(sizeof(vmem_seg_t));
 
@@ -360,35 +385,74 @@ static vmem_seg_t *coalesce(vmem_t *vm, vmem_seg_t *s) {
   return s;
 }
 
-/* Releases s's span to the parent if s covers all of it; true if it did. */
-static bool span_release(vmem_t *vm, vmem_seg_t *s) {
+/* Takes s's span out of the arena and releases it to the parent, or leaves that to a job where
+   release_unlocked, if s (not listed) covers all of it; true if it did. */
+static bool span_release(vmem_t *vm, vmem_seg_t *s, vmem_jobs_t *jobs) {
   vmem_seg_t *marker = s->aprev;
-  if (marker->type != VMEM_SPAN || marker->size != s->size || !vm->release || marker->busy)
+  if (marker->type != VMEM_SPAN || marker->size != s->size || !vm->release || marker->busy ||
+      (vm->release_unlocked && jobs->n == VMEM_JOBS))
     return false;
   if (!s->clean) vm->dirty -= s->size;
   vm->imported -= s->size;
-  vm->release(vm->source, (void *)s->start, s->size);
+  if (vm->release_unlocked)
+    jobs->job[jobs->n++] = (typeof(jobs->job[0])){NULL, s->start, s->size};
+  else
+    vm->release(vm->source, (void *)s->start, s->size);
   seg_unlink(s);
   seg_unlink(marker);
   return true;
 }
 
-static void seg_free(vmem_t *vm, vmem_seg_t *s) {
+/* Coalesces free segment s (not listed) and lists it, or releases its span (theory 7, 9). */
+static void seg_settle(vmem_t *vm, vmem_seg_t *s, vmem_jobs_t *jobs) {
+  s = coalesce(vm, s);
+  size_t keep = vm->retain > vm->in_use ? vm->retain : vm->in_use;
+  if (whole_span(s) && (vm->pack || vm->imported - vm->in_use > keep) && span_release(vm, s, jobs))
+    return;
+  free_insert(vm, s);
+}
+
+static void seg_free(vmem_t *vm, vmem_seg_t *s, vmem_jobs_t *jobs) {
   vm->in_use -= s->size;
   s->span->used -= s->size;
   vm->dirty += s->size;
   s->clean = 0;
-  s = coalesce(vm, s);
-  size_t keep = vm->retain > vm->in_use ? vm->retain : vm->in_use;
-  if (whole_span(s) && (vm->pack || vm->imported - vm->in_use > keep) && span_release(vm, s))
-    return;
-  free_insert(vm, s);
+  seg_settle(vm, s, jobs);
+}
+
+/* Does the jobs outside the lock (held on entry and on return), then frees the purged
+   segments, which may release spans: those are done in the same way. */
+static void jobs_run(vmem_t *vm, vmem_jobs_t *jobs) {
+  if (!jobs->n) return;
+  vm->unlocked++;
+  while (jobs->n) {
+    lock_release(&vm->lock);
+    INJECT(INJECT_GIVE_BACK);
+    for (unsigned i = 0; i < jobs->n; i++)
+      if (jobs->job[i].seg)
+        os_purge((void *)jobs->job[i].start, jobs->job[i].size);
+      else
+        vm->release(vm->source, (void *)jobs->job[i].start, jobs->job[i].size);
+    vmem_seg_t *purged[VMEM_JOBS];
+    unsigned n = 0;
+    for (unsigned i = 0; i < jobs->n; i++)
+      if (jobs->job[i].seg) purged[n++] = jobs->job[i].seg;
+    jobs->n = 0;
+    lock_acquire(&vm->lock);
+    for (unsigned i = 0; i < n; i++) {
+      purged[i]->type = VMEM_FREE;
+      seg_settle(vm, purged[i], jobs);
+    }
+  }
+  vm->unlocked--;
 }
 
 void vmem_free(vmem_t *vm, void *addr, size_t size) {
   size_t q = vm->quantum;
   size = (size + q - 1) & ~(q - 1);
   size_t n = size / q;
+  vmem_jobs_t jobs;
+  jobs.n = 0;
   lock_acquire(&vm->lock);
   vmem_seg_t *s = hash_find(vm, (uintptr_t)addr);
   if (!s || s->size != size)
@@ -397,7 +461,8 @@ void vmem_free(vmem_t *vm, void *addr, size_t size) {
     vm->qcache[n][vm->qcache_n[n]++] = addr; /* stays allocated in the arena */
   } else {
     hash_remove(vm, s);
-    seg_free(vm, s);
+    seg_free(vm, s, &jobs);
+    jobs_run(vm, &jobs);
   }
   lock_release(&vm->lock);
 }
@@ -408,6 +473,8 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
   if (new_size == 0 || new_size > SIZE_MAX - q) return NULL;
   new_size = (new_size + q - 1) & ~(q - 1);
   if (new_size == old_size) return addr;
+  vmem_jobs_t jobs;
+  jobs.n = 0;
   lock_acquire(&vm->lock);
   vmem_seg_t *s = hash_find(vm, (uintptr_t)addr);
   if (!s || s->size != old_size)
@@ -423,7 +490,8 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
   } else if (new_size < old_size) {
     vmem_seg_t *tail = seg_split(s, new_size); /* an ALLOC tag outside the hash */
     if (tail) {
-      seg_free(vm, tail);
+      seg_free(vm, tail, &jobs);
+      jobs_run(vm, &jobs);
       result = addr;
     }
   } else {
@@ -449,34 +517,49 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
   return result;
 }
 
+/* Takes out up to the jobs' room of wholly free spans to release (release_spans) and of dirty
+   segments to purge while the dirty bytes exceed keep_dirty, biggest first; returns their
+   bytes. */
+static size_t reap_take(vmem_t *vm, size_t keep_dirty, bool release_spans, vmem_jobs_t *jobs) {
+  size_t given = 0;
+  for (unsigned i = VMEM_LISTS; i-- > 0 && (vm->dirty > keep_dirty || release_spans);)
+    for (vmem_seg_t *s = vm->free_list[i], *next; s && jobs->n < VMEM_JOBS; s = next) {
+      next = s->lnext;
+      size_t size = s->size;
+      if (release_spans && whole_span(s) && !s->aprev->busy && vm->release) {
+        free_remove(vm, s);
+        span_release(vm, s, jobs); /* there is room, and the span is whole and idle */
+        given += size;
+      } else if (!s->clean && vm->dirty > keep_dirty) {
+        free_remove(vm, s);
+        s->type = VMEM_PURGING;
+        s->clean = 1;
+        vm->dirty -= size;
+        given += size;
+        if (vm->purging) vm->purging(vm->source, s->span, (void *)s->start, s->size);
+        jobs->job[jobs->n++] = (typeof(jobs->job[0])){s, s->start, s->size};
+      }
+    }
+  return given;
+}
+
 size_t vmem_reap(vmem_t *vm, size_t keep_dirty, bool release_spans) {
   size_t given = 0;
+  vmem_jobs_t jobs;
+  jobs.n = 0;
   lock_acquire(&vm->lock);
   for (size_t n = 1; n <= VMEM_QCACHE_MAX; n++)
     while (vm->qcache_n[n] > 0) {
       vmem_seg_t *s = hash_find(vm, (uintptr_t)vm->qcache[n][--vm->qcache_n[n]]);
       hash_remove(vm, s);
-      seg_free(vm, s);
+      seg_free(vm, s, &jobs);
+      if (jobs.n == VMEM_JOBS) jobs_run(vm, &jobs); /* so that every release finds room */
     }
-  for (unsigned i = VMEM_LISTS; i-- > 0 && (vm->dirty > keep_dirty || release_spans);) {
-    vmem_seg_t *s = vm->free_list[i];
-    while (s) {
-      vmem_seg_t *next = s->lnext;
-      if (release_spans && whole_span(s) && !s->aprev->busy) {
-        free_remove(vm, s);
-        given += s->size;
-        span_release(vm, s);
-      } else if (!s->clean && vm->dirty > keep_dirty) {
-        if (vm->purge)
-          vm->purge(vm->source, s->span, (void *)s->start, s->size);
-        else
-          os_purge((void *)s->start, s->size);
-        s->clean = 1;
-        vm->dirty -= s->size;
-        given += s->size;
-      }
-      s = next;
-    }
+  jobs_run(vm, &jobs);
+  for (size_t taken = 1; taken;) { /* until a look finds nothing more to give back */
+    taken = reap_take(vm, keep_dirty, release_spans, &jobs);
+    given += taken;
+    jobs_run(vm, &jobs);
   }
   lock_release(&vm->lock);
   return given;
@@ -528,6 +611,15 @@ void vmem_check(vmem_t *vm) {
   lock_release(&vm->lock);
 }
 
+void vmem_lock_settled(vmem_t *vm) {
+  lock_acquire(&vm->lock);
+  while (vm->unlocked) { /* they need the lock to finish */
+    lock_release(&vm->lock);
+    os_sleep_ms(1);
+    lock_acquire(&vm->lock);
+  }
+}
+
 /* ---- spans, for the arena's owner ---- */
 
 size_t vmem_spans_take(vmem_t *vm, vmem_pick_t *pick, void *arg, vmem_seg_t **out, size_t max) {
@@ -548,8 +640,11 @@ void vmem_span_done(vmem_t *vm, vmem_seg_t *span, uint8_t backing) {
   span->backing = backing;
   vmem_seg_t *first = span->anext;
   if (vm->pack && first->type == VMEM_FREE && whole_span(first)) {
+    vmem_jobs_t jobs;
+    jobs.n = 0;
     free_remove(vm, first);
-    span_release(vm, first);
+    if (!span_release(vm, first, &jobs)) free_insert(vm, first);
+    jobs_run(vm, &jobs);
   }
   lock_release(&vm->lock);
 }

@@ -18,9 +18,9 @@ typedef void vmem_release_t(void *source, void *addr, size_t size);
 /* Optional: resizes a span the parent gave, perhaps moving it; NULL if it cannot. */
 typedef void *vmem_remap_t(void *source, void *addr, size_t old_size, size_t new_size);
 typedef struct vmem_seg vmem_seg_t;
-/* Optional: gives free range [addr, addr + size) of span (its marker) back to the kernel; it
-   must read as zero afterwards. NULL: os_purge. */
-typedef void vmem_purge_t(void *source, vmem_seg_t *span, void *addr, size_t size);
+/* Optional: the owner's record of a purge of free range [addr, addr + size) of span (its
+   marker), called under the arena's lock just before os_purge gives the pages back outside it. */
+typedef void vmem_purging_t(void *source, vmem_seg_t *span, void *addr, size_t size);
 
 struct vmem_seg {
   uintptr_t start;
@@ -30,7 +30,7 @@ struct vmem_seg {
   vmem_seg_t *span;          /* FREE, ALLOC: the marker of the span it lies in */
   size_t used;               /* SPAN: bytes of the span in ALLOC segments */
   size_t hollow;   /* SPAN: bytes of its ALLOC segments the owner gave back (its record) */
-  uint8_t type;    /* VMEM_SPAN (import marker), VMEM_FREE or VMEM_ALLOC */
+  uint8_t type;    /* VMEM_SPAN (import marker), VMEM_FREE, VMEM_ALLOC or VMEM_PURGING */
   uint8_t clean;   /* FREE, ALLOC: no byte written since mapped or purged */
   uint8_t backing; /* SPAN: the owner's record of how its pages are backed */
   uint8_t busy;    /* SPAN: the owner works on it unlocked; it is not released */
@@ -45,10 +45,11 @@ typedef struct vmem {
   size_t retain;       /* free bytes kept mapped when a span empties */
   vmem_import_t *import;
   vmem_release_t *release;
-  vmem_remap_t *remap; /* NULL: whole-span allocations resize like any other */
-  vmem_purge_t *purge; /* NULL: os_purge */
-  bool pack;           /* fullest span first; a wholly free span goes back at once */
-  uint8_t backing;     /* copied into each new span's marker (the import function may set it) */
+  vmem_remap_t *remap;     /* NULL: whole-span allocations resize like any other */
+  vmem_purging_t *purging; /* NULL: the owner keeps no record of purges */
+  bool pack;               /* fullest span first; a wholly free span goes back at once */
+  bool release_unlocked;   /* release spans outside the lock: the parent is the kernel */
+  uint8_t backing;         /* copied into each new span's marker (the import function may set it) */
   void *source;
   vmem_seg_t segs; /* sentinel of the address-ordered segment list */
   vmem_seg_t *free_list[VMEM_LISTS];
@@ -57,9 +58,10 @@ typedef struct vmem {
   size_t hash_size, hash_count;
   void *qcache[VMEM_QCACHE_MAX + 1][VMEM_QCACHE_DEPTH];
   uint8_t qcache_n[VMEM_QCACHE_MAX + 1];
-  size_t imported; /* bytes in spans */
-  size_t in_use;   /* bytes in ALLOC segments (quantum caches included) */
-  size_t dirty;    /* bytes in FREE segments that may hold data (not purged) */
+  size_t imported;   /* bytes in spans */
+  size_t in_use;     /* bytes in ALLOC segments (quantum caches included) */
+  size_t dirty;      /* bytes in FREE segments that may hold data (not purged) */
+  unsigned unlocked; /* threads giving back the arena's pages outside its lock (theory 10) */
 } vmem_t;
 
 void vmem_init(vmem_t *vm, const char *name, size_t quantum, vmem_import_t *import,
@@ -74,6 +76,9 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size);
    wholly free spans when release_spans; returns the bytes given back to the kernel or parent. */
 size_t vmem_reap(vmem_t *vm, size_t keep_dirty, bool release_spans);
 void vmem_check(vmem_t *vm); /* aborts with a report if an invariant is broken */
+/* Takes vm's lock once no thread is giving back its pages outside it (fork's prepare: the
+   child would keep what they were giving back, and never give it). */
+void vmem_lock_settled(vmem_t *vm);
 /* Up to max spans for which pick(span, arg) holds, in address order, marked busy so that the
    caller may work on them without the lock; it hands each back with vmem_span_done, which
    sets its backing (and releases it if it emptied meanwhile). */

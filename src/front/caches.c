@@ -308,8 +308,8 @@ void cache_fork_prepare(void) {
   lock_acquire(&cache_list_lock);
   mag_fork_prepare();
   cache_for_all(cache_lock_one);
-  lock_acquire(&slab_arena.lock);
-  lock_acquire(&heap_arena.lock);
+  vmem_lock_settled(&slab_arena);
+  vmem_lock_settled(&heap_arena);
   meta_fork_prepare();
 }
 
@@ -324,6 +324,8 @@ void cache_fork_parent(void) {
 
 void cache_fork_child(void) {
   meta_fork_child();
+  if (heap_arena.unlocked || slab_arena.unlocked) /* prepare waited for them (vmem.c theory 10) */
+    report_fatal("fork: the child inherited pages half given back", NULL, heap_arena.unlocked);
   lock_init(&heap_arena.lock);
   lock_init(&slab_arena.lock);
   cache_for_all(cache_init_locks);

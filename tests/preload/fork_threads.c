@@ -8,6 +8,9 @@
  * the contents, and exits normally (running the allocator's exit work). A child that deadlocks is
  * killed by its alarm; any child that does not exit with status 0 fails the test.
  *
+ * One more thread frees and trims TRIM_BYTES blocks without pause, so that forks land while the
+ * allocator gives pages back outside its locks: the child must not inherit that work half done.
+ *
  * The parent holds HELD_BYTES, enough for the allocator to run a background thread. A child of a
  * multithreaded process may only call async-signal-safe functions until it execs, so the
  * allocator must not start a thread of its own there: each child checks that, after allocating,
@@ -15,6 +18,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -31,6 +35,7 @@
 #define SLOTS 256
 #define HELD_BYTES ((size_t)48 << 20)
 #define HELD_BLOCK 4096
+#define TRIM_BYTES ((size_t)32 << 20)
 
 static atomic_int stop_workers;
 
@@ -101,6 +106,20 @@ static void *worker(void *arg) {
   return (void *)(uintptr_t)bad;
 }
 
+/* Writes a big block, frees it and trims: the trim purges its pages (and a free past the
+   allocator's retained bytes releases them). */
+static void *trimmer(void *arg) {
+  (void)arg;
+  while (!atomic_load(&stop_workers)) {
+    char *p = malloc(TRIM_BYTES);
+    if (p == NULL) return (void *)1;
+    memset(p, 1, TRIM_BYTES);
+    free(p);
+    malloc_trim(0);
+  }
+  return NULL;
+}
+
 static void *child_thread(void *arg) {
   return (void *)(uintptr_t)churn((uint64_t)(uintptr_t)arg, 5000);
 }
@@ -149,9 +168,10 @@ int main(void) {
   static void *held[HELD_BYTES / HELD_BLOCK];
   for (size_t i = 0; i < HELD_BYTES / HELD_BLOCK; i++)
     if ((held[i] = malloc(HELD_BLOCK)) == NULL) return 1;
-  pthread_t workers[WORKERS];
-  for (int i = 0; i < WORKERS; i++)
-    if (pthread_create(&workers[i], NULL, worker, (void *)(uintptr_t)(i + 1)) != 0) {
+  pthread_t workers[WORKERS + 1];
+  for (int i = 0; i <= WORKERS; i++)
+    if (pthread_create(&workers[i], NULL, i < WORKERS ? worker : trimmer,
+                       (void *)(uintptr_t)(i + 1)) != 0) {
       fprintf(stderr, "fork_threads: pthread_create failed\n");
       return 1;
     }
@@ -189,7 +209,7 @@ int main(void) {
   for (size_t i = 0; i < HELD_BYTES / HELD_BLOCK; i++)
     free(held[i]);
   atomic_store(&stop_workers, 1);
-  for (int i = 0; i < WORKERS; i++) {
+  for (int i = 0; i <= WORKERS; i++) {
     void *bad = NULL;
     pthread_join(workers[i], &bad);
     if (bad != NULL) {

@@ -1,8 +1,9 @@
 /*
  * vmem against a fake parent: randomised allocations (sizes, alignments, own spans) and frees,
  * each block stamped at both ends and checked at free (no overlap), the arena's invariants
- * checked after every operation (vmem_check), in-place resize, quantum caches, and that a full
- * reap gives every imported span back to the parent.
+ * checked after every operation (vmem_check), in-place resize, quantum caches, that a full
+ * reap gives every imported span back to the parent, and that pages go back with the arena's
+ * lock free (the linker wraps os_purge here: tests/unit/CMakeLists.txt).
  */
 #include "vmem.h"
 #include "os.h"
@@ -25,6 +26,37 @@ typedef struct fake_parent {
   size_t imported, released;
 } fake_parent_t;
 
+/* The arena whose lock the parent's release and os_purge look at, and how often they found it
+   held; segments being purged, which no allocation may get meanwhile. */
+static vmem_t *watched;
+static int calls_locked, purges, releases;
+static void *during_purge;
+static size_t during_purge_size;
+
+/* Whether the watched arena's lock is free (taking and dropping it). */
+static bool watched_unlocked(void) {
+  if (!lock_try(&watched->lock)) return false;
+  lock_release(&watched->lock);
+  return true;
+}
+
+void __real_os_purge(void *p, size_t size);
+void __wrap_os_purge(void *p, size_t size) {
+  if (watched) {
+    purges++;
+    if (!watched_unlocked()) {
+      calls_locked++;
+    } else if (!during_purge) { /* an allocation of its size meanwhile gets other space */
+      bool clean;
+      during_purge = vmem_alloc(watched, size, OS_PAGE, 0, &clean);
+      during_purge_size = size;
+      uintptr_t q = (uintptr_t)during_purge;
+      UCHECK(q && (q + size <= (uintptr_t)p || q >= (uintptr_t)p + size));
+    }
+  }
+  __real_os_purge(p, size);
+}
+
 static void *fake_import(void *source, size_t size, size_t align, bool *clean) {
   fake_parent_t *f = source;
   *clean = true;
@@ -39,6 +71,10 @@ static void *fake_import(void *source, size_t size, size_t align, bool *clean) {
 
 static void fake_release(void *source, void *addr, size_t size) {
   fake_parent_t *f = source;
+  if (watched) {
+    releases++;
+    calls_locked += !watched_unlocked();
+  }
   int i = 0;
   while (i < f->nspans && f->spans[i].start != (uintptr_t)addr)
     i++;
@@ -121,6 +157,31 @@ static void pack_test(fake_parent_t *parent) {
   UCHECK(vm.imported == 0 && vm.in_use == 0 && parent->nspans == 0);
 }
 
+/* Purges and releases run with the arena's lock free (vmem.c theory 10). */
+static void unlocked_test(fake_parent_t *parent) {
+  static vmem_t vm;
+  const size_t block = (size_t)256 << 10;
+  bool clean;
+  vmem_init(&vm, "unlocked", OS_PAGE, fake_import, fake_release, parent, (size_t)1 << 20, OS_PAGE);
+  vm.release_unlocked = true;
+  unsigned char *a = vmem_alloc(&vm, block, OS_PAGE, 0, &clean);
+  unsigned char *b = vmem_alloc(&vm, block, OS_PAGE, 0, &clean);
+  UCHECK(a && b && parent->nspans == 1);
+  memset(a, 1, block);
+  vmem_free(&vm, a, block); /* dirty, and b keeps the span */
+  watched = &vm;
+  vmem_reap(&vm, 0, false);
+  vmem_check(&vm);
+  UCHECK(purges >= 1 && during_purge && calls_locked == 0);
+  UCHECK(vm.dirty == 0 && a[0] == 0 && a[block - 1] == 0); /* purged, and counted clean */
+  vmem_free(&vm, during_purge, during_purge_size);
+  vmem_free(&vm, b, block);
+  vmem_reap(&vm, 0, true);
+  vmem_check(&vm);
+  UCHECK(releases >= 1 && calls_locked == 0 && vm.imported == 0 && parent->nspans == 0);
+  watched = NULL;
+}
+
 int main(void) {
   static fake_parent_t parent;
   void *region = mmap(NULL, REGION, PROT_READ | PROT_WRITE,
@@ -132,6 +193,7 @@ int main(void) {
             (size_t)64 << 10);
   vm.retain = (size_t)2 << 20;
   vm.remap = fake_remap;
+  vm.release_unlocked = true; /* the heap arena's shape */
   int remapped = 0;
 
   static block_t live[LIVE_MAX];
@@ -203,6 +265,7 @@ int main(void) {
   vmem_reap(&vm, 0, true);
   UCHECK(vm.imported == 0 && parent.nspans == 0);
   pack_test(&parent);
+  unlocked_test(&parent);
   printf("vmem: ok (peak %zu bytes imported for %zu in use)\n", peak_imported, peak_in_use);
   return 0;
 }
