@@ -74,13 +74,14 @@
 
 /* Pages to give back outside the lock (theory 10): a free segment to purge (VMEM_PURGING
    meanwhile), or a span already taken out of the arena, to release to the parent (seg NULL). */
+typedef struct vmem_job {
+  vmem_seg_t *seg;
+  uintptr_t start;
+  size_t size;
+} vmem_job_t;
 typedef struct vmem_jobs {
   unsigned n;
-  struct {
-    vmem_seg_t *seg;
-    uintptr_t start;
-    size_t size;
-  } job[VMEM_JOBS];
+  vmem_job_t job[VMEM_JOBS];
 } vmem_jobs_t;
 
 static meta_pool_t vmem_seg_pool = META_POOL(sizeof(vmem_seg_t));
@@ -395,7 +396,7 @@ static bool span_release(vmem_t *vm, vmem_seg_t *s, vmem_jobs_t *jobs) {
   if (!s->clean) vm->dirty -= s->size;
   vm->imported -= s->size;
   if (vm->release_unlocked)
-    jobs->job[jobs->n++] = (typeof(jobs->job[0])){NULL, s->start, s->size};
+    jobs->job[jobs->n++] = (vmem_job_t){NULL, s->start, s->size};
   else
     vm->release(vm->source, (void *)s->start, s->size);
   seg_unlink(s);
@@ -537,7 +538,7 @@ static size_t reap_take(vmem_t *vm, size_t keep_dirty, bool release_spans, vmem_
         vm->dirty -= size;
         given += size;
         if (vm->purging) vm->purging(vm->source, s->span, (void *)s->start, s->size);
-        jobs->job[jobs->n++] = (typeof(jobs->job[0])){s, s->start, s->size};
+        jobs->job[jobs->n++] = (vmem_job_t){s, s->start, s->size};
       }
     }
   return given;
