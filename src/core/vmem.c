@@ -386,13 +386,19 @@ static vmem_seg_t *coalesce(vmem_t *vm, vmem_seg_t *s) {
   return s;
 }
 
+/* Whether free segment s covers its whole span and span_release may give it to the parent now:
+   not while its owner works on it, nor where a job would take it and jobs has no room. */
+static bool span_releasable(const vmem_t *vm, const vmem_seg_t *s, const vmem_jobs_t *jobs) {
+  const vmem_seg_t *marker = s->aprev;
+  return marker->type == VMEM_SPAN && marker->size == s->size && vm->release && !marker->busy &&
+         !(vm->release_unlocked && jobs->n == VMEM_JOBS);
+}
+
 /* Takes s's span out of the arena and releases it to the parent, or leaves that to a job where
    release_unlocked, if s (not listed) covers all of it; true if it did. */
 static bool span_release(vmem_t *vm, vmem_seg_t *s, vmem_jobs_t *jobs) {
   vmem_seg_t *marker = s->aprev;
-  if (marker->type != VMEM_SPAN || marker->size != s->size || !vm->release || marker->busy ||
-      (vm->release_unlocked && jobs->n == VMEM_JOBS))
-    return false;
+  if (!span_releasable(vm, s, jobs)) return false;
   if (!s->clean) vm->dirty -= s->size;
   vm->imported -= s->size;
   if (vm->release_unlocked)
@@ -429,15 +435,17 @@ static void jobs_run(vmem_t *vm, vmem_jobs_t *jobs) {
   while (jobs->n) {
     lock_release(&vm->lock);
     INJECT(INJECT_GIVE_BACK);
-    for (unsigned i = 0; i < jobs->n; i++)
-      if (jobs->job[i].seg)
-        os_purge((void *)jobs->job[i].start, jobs->job[i].size);
-      else
-        vm->release(vm->source, (void *)jobs->job[i].start, jobs->job[i].size);
     vmem_seg_t *purged[VMEM_JOBS];
     unsigned n = 0;
-    for (unsigned i = 0; i < jobs->n; i++)
-      if (jobs->job[i].seg) purged[n++] = jobs->job[i].seg;
+    for (unsigned i = 0; i < jobs->n; i++) {
+      vmem_job_t *j = &jobs->job[i];
+      if (!j->seg) {
+        vm->release(vm->source, (void *)j->start, j->size);
+        continue;
+      }
+      os_purge((void *)j->start, j->size);
+      purged[n++] = j->seg;
+    }
     jobs->n = 0;
     lock_acquire(&vm->lock);
     for (unsigned i = 0; i < n; i++) {
@@ -527,9 +535,9 @@ static size_t reap_take(vmem_t *vm, size_t keep_dirty, bool release_spans, vmem_
     for (vmem_seg_t *s = vm->free_list[i], *next; s && jobs->n < VMEM_JOBS; s = next) {
       next = s->lnext;
       size_t size = s->size;
-      if (release_spans && whole_span(s) && !s->aprev->busy && vm->release) {
+      if (release_spans && span_releasable(vm, s, jobs)) {
         free_remove(vm, s);
-        span_release(vm, s, jobs); /* there is room, and the span is whole and idle */
+        span_release(vm, s, jobs);
         given += size;
       } else if (!s->clean && vm->dirty > keep_dirty) {
         free_remove(vm, s);
@@ -537,8 +545,8 @@ static size_t reap_take(vmem_t *vm, size_t keep_dirty, bool release_spans, vmem_
         s->clean = 1;
         vm->dirty -= size;
         given += size;
-        if (vm->purging) vm->purging(vm->source, s->span, (void *)s->start, s->size);
-        jobs->job[jobs->n++] = (vmem_job_t){s, s->start, s->size};
+        if (vm->purging) vm->purging(vm->source, s->span, (void *)s->start, size);
+        jobs->job[jobs->n++] = (vmem_job_t){s, s->start, size};
       }
     }
   return given;
