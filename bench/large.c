@@ -1,7 +1,8 @@
 /*
- * large: big blocks: realloc growth, large-block churn, and calloc of large zeroed blocks.
+ * large: big blocks: realloc growth, large-block churn, and calloc of large zeroed blocks; and
+ * the waits of threads while another gives a big heap back.
  *
- * Four modes (-m), each a separate row in the runner's table:
+ * Five modes (-m), each a separate row in the runner's table:
  *   realloc  each thread builds, per round, a string of -n MiB by appending chunks of 1..4096
  *            bytes with realloc to the exact new length (naive C string building), and a vector
  *            of -n MiB whose capacity grows by half each time (std::vector-like), with a small
@@ -22,12 +23,19 @@
  *            and 99th-percentile wait (wait_max_ms, wait_p99_ms) and how many pairs they made:
  *            an allocator that gives pages back to the kernel under a lock that allocations
  *            need stalls them for as long as the kernel takes (milliseconds a GiB).
+ *   trim     as shrink, with a heap of -n MiB of TRIM_BLOCK blocks, of which one in TRIM_KEEP
+ *            stays over the trim (freed after it): the trim gives back the pages inside slabs
+ *            that hold no block. The other threads allocate and write TRIM_BATCH blocks of that
+ *            size, timing each malloc, then free them: every batch goes past their caches to
+ *            the blocks' slabs, where an allocator that gives those pages back under the lock
+ *            the slabs need stalls them.
  *
- *   large -m realloc|churn|calloc|shrink [-t threads] [-i rounds/ops] [-n MiB] [-s seed]
+ *   large -m realloc|churn|calloc|shrink|trim [-t threads] [-i rounds/ops] [-n MiB] [-s seed]
  */
 #include "bench.h"
 
 #include <malloc.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #define PAGE 4096
@@ -41,14 +49,18 @@
 #define SHRINK_BLOCK (16u * 1024 * 1024)
 #define WAIT_BLOCK (1024u * 1024)
 #define WAIT_BINS 4096 /* waits counted in 10-microsecond bins; longer ones in the last */
+#define TRIM_BLOCK 64
+#define TRIM_KEEP 256
+#define TRIM_BATCH 4096
 
 static const char usage[] =
     "large: realloc growth to many MiB, 64 KiB..64 MiB block churn, large calloc, waits while\n"
-    "  another thread shrinks its heap\n"
-    "  -m realloc|churn|calloc|shrink (default realloc)   -t threads (default 2)\n"
+    "  another thread shrinks its heap (of big blocks, of small ones mostly freed)\n"
+    "  -m realloc|churn|calloc|shrink|trim (default realloc)   -t threads (default 2)\n"
     "  -i realloc: rounds per thread (default 2); churn, calloc: total blocks (default 400);\n"
-    "     shrink: heaps built and freed (default 3)\n"
-    "  -n realloc: MiB per string and vector (default 8); shrink: MiB of the heap   -s seed\n";
+    "     shrink, trim: heaps built and freed (default 3)\n"
+    "  -n realloc: MiB per string and vector (default 8); shrink, trim: MiB of the heap\n"
+    "  -s seed\n";
 
 typedef struct {
   int mode;
@@ -59,9 +71,9 @@ typedef struct {
   char pad[BENCH_LINE];
 } job_t;
 
-enum { M_REALLOC, M_CHURN, M_CALLOC, M_SHRINK };
+enum { M_REALLOC, M_CHURN, M_CALLOC, M_SHRINK, M_TRIM };
 
-/* shrink: the waiting threads run until the shrinking one is done; their waits, binned. */
+/* shrink, trim: the waiting threads run until the shrinking one is done; their waits, binned. */
 static volatile int shrink_done;
 static pthread_mutex_t wait_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t wait_bins[WAIT_BINS];
@@ -209,20 +221,60 @@ static void do_shrink(job_t *j) {
   __atomic_store_n(&shrink_done, 1, __ATOMIC_RELEASE);
 }
 
-/* shrink, the other threads: time malloc + touch + free of WAIT_BLOCK until thread 0 is done. */
-static void do_wait(void) {
+/* trim, thread 0: builds a heap of small blocks, writes them, frees all but one in TRIM_KEEP,
+   trims and frees the rest, j->count times. */
+static void do_trim(job_t *j) {
+  size_t n = j->target / TRIM_BLOCK;
+  unsigned char **blocks = bench_xmalloc(n * sizeof(*blocks));
+  for (long k = 0; k < j->count; k++) {
+    for (size_t i = 0; i < n; i++) {
+      blocks[i] = bench_xmalloc(TRIM_BLOCK);
+      bench_fill(blocks[i], TRIM_BLOCK, (uint64_t)i);
+    }
+    for (size_t i = 0; i < n; i++)
+      if (i % TRIM_KEEP) free(blocks[i]);
+    malloc_trim(0);
+    for (size_t i = 0; i < n; i += TRIM_KEEP) {
+      bench_check(blocks[i], TRIM_BLOCK, (uint64_t)i, "large trim");
+      free(blocks[i]);
+    }
+    j->bytes += (double)n * TRIM_BLOCK;
+  }
+  free(blocks);
+  __atomic_store_n(&shrink_done, 1, __ATOMIC_RELEASE);
+}
+
+/* Counts one wait of d seconds. */
+static inline void wait_count(uint64_t *bins, double d, double *worst) {
+  size_t bin = (size_t)(d * 1e5);
+  bins[bin < WAIT_BINS ? bin : WAIT_BINS - 1]++;
+  if (d > *worst) *worst = d;
+}
+
+/* shrink, the other threads until thread 0 is done: times malloc + touch + free of WAIT_BLOCK;
+   trim: times each malloc of TRIM_BATCH TRIM_BLOCK blocks, then frees them. */
+static void do_wait(int mode) {
   static __thread uint64_t bins[WAIT_BINS];
+  static __thread unsigned char *batch[TRIM_BATCH];
   double worst = 0;
   uint64_t pairs = 0;
   while (!__atomic_load_n(&shrink_done, __ATOMIC_ACQUIRE)) {
+    if (mode == M_TRIM) {
+      for (int i = 0; i < TRIM_BATCH; i++, pairs++) {
+        double t0 = bench_now();
+        batch[i] = bench_xmalloc(TRIM_BLOCK);
+        wait_count(bins, bench_now() - t0, &worst);
+        memset(batch[i], 1, TRIM_BLOCK);
+      }
+      for (int i = 0; i < TRIM_BATCH; i++)
+        free(batch[i]);
+      continue;
+    }
     double t0 = bench_now();
     unsigned char *p = bench_xmalloc(WAIT_BLOCK);
     p[0] = p[WAIT_BLOCK / 2] = p[WAIT_BLOCK - 1] = 1;
     free(p);
-    double d = bench_now() - t0;
-    size_t bin = (size_t)(d * 1e5);
-    bins[bin < WAIT_BINS ? bin : WAIT_BINS - 1]++;
-    if (d > worst) worst = d;
+    wait_count(bins, bench_now() - t0, &worst);
     pairs++;
   }
   pthread_mutex_lock(&wait_lock);
@@ -252,9 +304,9 @@ static void *worker(void *arg) {
   else if (j->mode == M_CALLOC)
     do_calloc(j, &r);
   else if (j->count)
-    do_shrink(j);
+    (j->mode == M_SHRINK ? do_shrink : do_trim)(j);
   else
-    do_wait();
+    do_wait(j->mode);
   return NULL;
 }
 
@@ -270,12 +322,15 @@ int main(int argc, char **argv) {
     mode = M_CALLOC;
   else if (strcmp(a.mode, "shrink") == 0)
     mode = M_SHRINK;
+  else if (strcmp(a.mode, "trim") == 0)
+    mode = M_TRIM;
   else
-    bench_die("unknown mode %s (realloc, churn, calloc or shrink)", a.mode);
+    bench_die("unknown mode %s (realloc, churn, calloc, shrink or trim)", a.mode);
+  bool waits = mode == M_SHRINK || mode == M_TRIM;
   if (a.iters == 0) /* -i 0: the mode's default */
-    a.iters = mode == M_REALLOC ? 2 : mode == M_SHRINK ? 3 : 400;
+    a.iters = mode == M_REALLOC ? 2 : waits ? 3 : 400;
   if (a.n < 1) bench_die("-n must be >= 1");
-  if (mode == M_SHRINK && a.threads < 2) bench_die("-m shrink needs -t 2 or more");
+  if (waits && a.threads < 2) bench_die("-m %s needs -t 2 or more", a.mode);
 
   /* calloc must refuse a product that overflows, whatever the allocator. */
   volatile size_t huge = SIZE_MAX / 2; /* volatile: keep the compiler from flagging it */
@@ -289,7 +344,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < t; i++) {
     jobs[i].mode = mode;
     jobs[i].count = mode == M_REALLOC   ? a.iters
-                    : mode == M_SHRINK ? (i == 0 ? a.iters : 0)
+                    : waits            ? (i == 0 ? a.iters : 0)
                                        : a.iters / t + (i < a.iters % t);
     jobs[i].target = (size_t)a.n * 1024 * 1024;
     jobs[i].seed = a.seed * 1000003u + (uint64_t)i;
@@ -303,7 +358,7 @@ int main(int argc, char **argv) {
     bytes += jobs[i].bytes;
   printf("RESULT large time=%.4f mode=%s threads=%d gib=%.2f gib_per_s=%.2f", secs, a.mode, t,
          bytes / (1 << 30), bytes / (1 << 30) / secs);
-  if (mode == M_SHRINK)
+  if (waits)
     printf(" wait_max_ms=%.2f wait_p99_ms=%.2f wait_pairs=%llu", wait_max * 1e3, wait_p99_ms(),
            (unsigned long long)wait_pairs);
   printf("\n");

@@ -188,6 +188,12 @@ def plan(mode, threads=None):
                       ["-m", "shrink", "-t", "2", "-i", "3", "-n", "512" if quick else "1024"],
                       metric=[("wait_max_ms", "longest malloc+free wait, ms", "lower"),
                               ("wait_p99_ms", "99th-percentile wait, ms", "lower")]))
+    w.append(Workload("trim-wait", "large",
+                      "64-byte mallocs while another thread trims a %s MiB heap of 64-byte "
+                      "blocks, 1 in 256 kept" % ("256" if quick else "512"),
+                      ["-m", "trim", "-t", "2", "-i", "3", "-n", "256" if quick else "512"],
+                      metric=[("wait_max_ms", "longest malloc wait, ms", "lower"),
+                              ("wait_p99_ms", "99th-percentile wait, ms", "lower")]))
     w.append(Workload("objcache", "objcache", "magpie_cache_* with a constructor vs malloc+init",
                       ["-t", "2", "-i", "1000000" if quick else "4000000"], kind="objcache",
                       metric=("speedup", "malloc+init / cache", "higher"), only=[SUBJECT]))
