@@ -62,6 +62,7 @@ typedef struct cache {
   slab_t *partial;         /* slabs with free or never-used objects, first served first */
   size_t slabs;            /* slabs held */
   size_t slab_objects_out; /* objects handed to the magazine layer and not returned */
+  unsigned giving_back;    /* slabs whose pages slab_give_back purges without the lock */
   /* depot, from a line of its own; the miss count beside it, since nearly every miss goes on
      to the depot's lock and fields (one line transfer on many cores, not two) */
   depot_t depot __attribute__((aligned(OS_LINE)));

@@ -45,7 +45,8 @@
  *   5. Slabs give back pages inside themselves too, when the reap keeps nothing (slab.c theory
  *      6): the huge page they lie on counts those bytes as hollow, is subreleased as in theory 4,
  *      and is dense for theory 3 only by its slabs' bytes less the hollow ones, so a collapse
- *      does not fault back in what the slabs gave back.
+ *      does not fault back in what the slabs gave back. The slab layer marks it MADV_NOHUGEPAGE
+ *      itself (hugepage_split), with the purges, outside its locks.
  *   Locks: the slab arena's lock comes after the slab locks and before the heap arena's (an
  *   import runs under it); fork.c lists it. The demand history is written under it.
  */
@@ -111,32 +112,38 @@ static void hp_release(void *source, void *addr, size_t size) {
   vmem_free(&heap_arena, addr, size);
 }
 
-/* Counts a subrelease of span (slab arena lock held), which is then kept on 4 KiB pages. */
-static void hp_subreleased(vmem_seg_t *span) {
+/* Counts a subrelease of span (slab arena lock held), which is then kept on 4 KiB pages. Returns
+   whether it was on a huge page: the caller marks it MADV_NOHUGEPAGE before any purge. */
+static bool hp_subreleased(vmem_seg_t *span) {
   __atomic_add_fetch(&hp.subreleases, 1, __ATOMIC_RELAXED);
-  if (span->backing == HP_HUGE) {
-    os_advise_huge((void *)span->start, span->size, false);
-    span->backing = HP_SUBRELEASED;
-  }
+  if (span->backing != HP_HUGE) return false;
+  span->backing = HP_SUBRELEASED;
+  return true;
 }
 
 /* A purge inside a slab huge page is a subrelease when the page is not wholly free. */
 static void hp_purging(void *source, vmem_seg_t *span, void *addr, size_t size) {
   (void)source;
   (void)addr;
-  if (size != span->size) hp_subreleased(span);
+  if (size != span->size && hp_subreleased(span))
+    os_advise_huge((void *)span->start, span->size, false);
 }
 
-bool hugepage_slab_hollow(const void *slab, ptrdiff_t bytes) {
+bool hugepage_slab_hollow(const void *slab, ptrdiff_t bytes, hugepage_split_t *split) {
   if (hp.mode == OPT_HUGE_HUGETLB) return false;
   lock_acquire(&slab_arena.lock);
   vmem_seg_t *span = vmem_span_of(&slab_arena, slab);
   if (span) {
     span->hollow += (size_t)bytes;
-    if (bytes > 0) hp_subreleased(span);
+    if (bytes > 0 && hp_subreleased(span))
+      *split = (hugepage_split_t){(void *)span->start, span->size};
   }
   lock_release(&slab_arena.lock);
   return true;
+}
+
+void hugepage_split(const hugepage_split_t *split) {
+  if (split->size) os_advise_huge(split->start, split->size, false);
 }
 
 void hugepage_init(void) {

@@ -38,10 +38,18 @@ static inline vmem_t *hugepage_arena(size_t object_size) {
 /* The reap of the heap and slab arenas (caches.c theory 3): whole free huge pages first, then
    pages inside partly used ones, as theory 4 says; returns the bytes given back. */
 size_t hugepage_reap(size_t keep_dirty, bool everything);
+/* A huge page to mark MADV_NOHUGEPAGE before pages inside it go back, or none (size 0). */
+typedef struct hugepage_split {
+  void *start;
+  size_t size;
+} hugepage_split_t;
 /* Records that bytes of the slab at slab (from the slab arena) go back to the kernel inside it
-   (negative: came back into use); a huge page it lies on is subreleased first (theory 5).
+   (negative: came back into use; split NULL); a huge page it lies on is subreleased first
+   (theory 5): where it is, *split names it, and the caller passes it to hugepage_split before
+   the pages go back, without holding a lock (madvise splits a huge page: not a lock's length).
    false: they may not (hugetlb pages), nothing recorded. */
-bool hugepage_slab_hollow(const void *slab, ptrdiff_t bytes);
+bool hugepage_slab_hollow(const void *slab, ptrdiff_t bytes, hugepage_split_t *split);
+void hugepage_split(const hugepage_split_t *split);
 void hugepage_tick(void);                   /* the reaper thread's collapses, after each reap */
 void hugepage_stats(hugepage_stats_t *out); /* reads /proc/self/smaps */
 

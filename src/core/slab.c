@@ -47,6 +47,15 @@
  *      this away from object caches (constructed objects) and debug and memcheck modes, which
  *      keep their own records in free blocks. Only slabs that took objects back since the last
  *      look are looked at again, so a quiet heap's repeated reaps cost a walk of the list.
+ *      The purges run without the slab lock (a big heap's take tens of milliseconds, and every
+ *      thread that misses in the class would wait): under the lock the chunks become hollow
+ *      and the free objects on them leave the bitmap as if handed out (`giving` counts the
+ *      give-backs holding some), so that no refill takes one and the slab cannot empty; after
+ *      the purges, under the lock again, they come back. Meanwhile an object on a hollow chunk
+ *      whose bit is clear is one of them, and freeing it is a double free. A chunk that
+ *      reaches past the carved part stays: an object could be carved on it meanwhile.
+ *      SLAB_GIVE_BATCH slabs at a time; the cache's `giving_back` counts them, so that fork's
+ *      prepare can wait for none (lock_acquire_settled).
  *   Lock order: fork.c's list (slab_lock, then the slab and heap arenas' locks, then metadata
  *   pools).
  */
@@ -62,6 +71,8 @@
 
 vmem_t heap_arena;
 size_t slab_hollow_bytes;
+
+#define SLAB_GIVE_BATCH 64 /* slabs whose pages go back in one stretch without the lock */
 
 /* Descriptors with bitmaps for up to 576, 1600 and SLAB_OBJECTS_MAX objects. */
 #define SLAB_POOLS 3
@@ -155,7 +166,7 @@ static void slab_release(cache_t *cp, slab_t *retired) {
     size_t hollow = (size_t)__builtin_popcountll(s->hollow) * slab_chunk(cp);
     if (hollow) {
       __atomic_sub_fetch(&slab_hollow_bytes, hollow, __ATOMIC_RELAXED);
-      if (!s->from_heap) hugepage_slab_hollow((void *)s->base, -(ptrdiff_t)hollow);
+      if (!s->from_heap) hugepage_slab_hollow((void *)s->base, -(ptrdiff_t)hollow, NULL);
     }
     vmem_free(slab_arena_of(s), (void *)s->base, cp->span);
     meta_free(slab_pool(cp), s);
@@ -167,6 +178,14 @@ static uint32_t slab_index(const cache_t *cp, const slab_t *s, const void *obj) 
   return (uint32_t)(((uintptr_t)obj - s->base) / cp->size);
 }
 
+/* Whether object k of s lies on a hollow chunk. Its bit is set then (every object there is
+   free), except while slab_give_back holds it (theory 6): freeing it is a double free. */
+static bool slab_on_hollow(const cache_t *cp, const slab_t *s, uint32_t k) {
+  size_t chunk = slab_chunk(cp), lo = (size_t)k * cp->size / chunk;
+  size_t hi = ((size_t)k * cp->size + cp->size - 1) / chunk;
+  return s->hollow & (~(uint64_t)0 >> (63 - hi)) & (~(uint64_t)0 << lo);
+}
+
 /* Returns unconstructed objects to their slabs. */
 static void slab_return(cache_t *cp, void **objs, unsigned n) {
   slab_t *retired = NULL;
@@ -175,7 +194,7 @@ static void slab_return(cache_t *cp, void **objs, unsigned n) {
     slab_t *s = slab_of(cp, objs[i]);
     uint32_t k = s ? slab_index(cp, s, objs[i]) : 0;
     bool foreign = !s || k >= s->carved;
-    if (foreign || s->map[k / 64] >> k % 64 & 1) {
+    if (foreign || s->map[k / 64] >> k % 64 & 1 || (s->giving && slab_on_hollow(cp, s, k))) {
       lock_release(&cp->slab_lock);
       slab_release(cp, retired);
       uintptr_t tag = pagemap_get((uintptr_t)objs[i]) & PM_TAG_MASK;
@@ -222,7 +241,7 @@ static void slab_unhollow(cache_t *cp, slab_t *s, uintptr_t obj) {
       }
     s->hollow &= ~((uint64_t)1 << i);
     __atomic_sub_fetch(&slab_hollow_bytes, chunk, __ATOMIC_RELAXED);
-    if (!s->from_heap) hugepage_slab_hollow((void *)s->base, -(ptrdiff_t)chunk);
+    if (!s->from_heap) hugepage_slab_hollow((void *)s->base, -(ptrdiff_t)chunk, NULL);
   }
 }
 
@@ -313,12 +332,18 @@ void slab_free(cache_t *cp, void **objs, unsigned n) {
   slab_return(cp, objs, n);
 }
 
+/* The bits of objects first..last in word w of a bitmap. */
+static uint64_t slab_word_mask(uint32_t w, uint32_t first, uint32_t last) {
+  uint64_t mask = ~(uint64_t)0;
+  if (w == first / 64) mask &= ~(uint64_t)0 << first % 64;
+  if (w == last / 64) mask &= ~(uint64_t)0 >> (63 - last % 64);
+  return mask;
+}
+
 /* Whether objects first..last of s are all free. */
 static bool slab_all_free(const slab_t *s, uint32_t first, uint32_t last) {
   for (uint32_t w = first / 64; w <= last / 64; w++) {
-    uint64_t mask = ~(uint64_t)0;
-    if (w == first / 64) mask &= ~(uint64_t)0 << first % 64;
-    if (w == last / 64) mask &= ~(uint64_t)0 >> (63 - last % 64);
+    uint64_t mask = slab_word_mask(w, first, last);
     if ((s->map[w] & mask) != mask) return false;
   }
   return true;
@@ -332,37 +357,133 @@ static bool slab_chunk_free(const cache_t *cp, const slab_t *s, size_t chunk, ui
   return slab_all_free(s, (uint32_t)(lo / cp->size), last < s->carved ? last : s->carved - 1);
 }
 
-size_t slab_give_back(cache_t *cp) {
-  size_t chunk = slab_chunk(cp), given = 0;
+/* Moves the free objects on chunks `chunks` of s out of its bitmap, as if handed out (hold), or
+   back (slab lock held; theory 6). Returns how many. */
+static uint32_t slab_hold(const cache_t *cp, slab_t *s, uint64_t chunks, bool hold) {
+  size_t chunk = slab_chunk(cp);
+  uint32_t moved = 0, next = 0; /* objects below next are done: one may lie on two chunks */
+  for (uint32_t i = 0; i < 64; i++) {
+    if (!(chunks >> i & 1)) continue;
+    uint32_t first = (uint32_t)(i * chunk / cp->size);
+    uint32_t last = (uint32_t)(((i + 1) * chunk - 1) / cp->size);
+    if (first < next) first = next;
+    if (last >= s->carved) last = s->carved - 1;
+    for (uint32_t w = first / 64; first <= last && w <= last / 64; w++) {
+      uint64_t mask = slab_word_mask(w, first, last);
+      s->map[w] = hold ? s->map[w] & ~mask : s->map[w] | mask;
+      moved += (uint32_t)__builtin_popcountll(mask);
+    }
+    if (first <= last) next = last + 1;
+  }
+  if (!hold && chunks) {
+    uint32_t low = (uint32_t)((size_t)__builtin_ctzll(chunks) * chunk / cp->size / 64);
+    if (low < s->scan) s->scan = low;
+  }
+  return moved;
+}
+
+/* A slab whose pages go back, the free objects on them held meanwhile. */
+typedef struct slab_give {
+  slab_t *s;
+  uint64_t chunks;
+  uint32_t held;
+  hugepage_split_t split; /* the huge page it lies on, to split first, or none */
+} slab_give_t;
+
+/* Takes up to SLAB_GIVE_BATCH of cp's slabs that have chunks to give back into give, walking
+   the list from `from` (NULL: its head): the chunks hollow, the free objects on them held (slab
+   lock held). Returns how many; *lap set where the walk reached the list's end. */
+static unsigned slab_give_take(cache_t *cp, slab_give_t *give, slab_t *from, bool *lap) {
+  size_t chunk = slab_chunk(cp);
   uint32_t chunks = (uint32_t)(cp->span / chunk);
-  lock_acquire(&cp->slab_lock);
-  slab_t *s = cp->partial;
-  do {
-    if (!s) break;
-    if (!s->returned) { /* nothing came back since the last look: nothing more is free */
-      s = s->next;
-      continue;
-    }
-    s->returned = false;
-    uint64_t more = 0;
-    for (uint32_t i = 0; i < chunks; i++)
-      if (!(s->hollow >> i & 1) && slab_chunk_free(cp, s, chunk, i)) more |= (uint64_t)1 << i;
-    size_t bytes = (size_t)__builtin_popcountll(more) * chunk;
-    if (more && (s->from_heap || hugepage_slab_hollow((void *)s->base, (ptrdiff_t)bytes))) {
-      for (uint32_t i = 0, j; i < chunks; i = j + 1) { /* each run of chunks in one call */
-        j = i;
-        while (j < chunks && more >> j & 1)
-          j++;
-        if (j > i) os_purge((void *)(s->base + (uintptr_t)i * chunk), (j - i) * chunk);
+  unsigned n = 0;
+  slab_t *s = from ? from : cp->partial;
+  while (s && n < SLAB_GIVE_BATCH) {
+    if (s->returned) { /* else nothing came back since the last look: nothing more is free */
+      s->returned = false;
+      uint64_t more = 0; /* not a chunk that reaches past the carved part: one may be carved on
+                            it while its pages go back */
+      size_t carved_end = s->carved == cp->per_slab ? cp->span : (size_t)s->carved * cp->size;
+      for (uint32_t i = 0; i < chunks; i++)
+        if (!(s->hollow >> i & 1) && (i + 1) * chunk <= carved_end &&
+            slab_chunk_free(cp, s, chunk, i))
+          more |= (uint64_t)1 << i;
+      size_t bytes = (size_t)__builtin_popcountll(more) * chunk;
+      hugepage_split_t split = {NULL, 0};
+      if (more &&
+          (s->from_heap || hugepage_slab_hollow((void *)s->base, (ptrdiff_t)bytes, &split))) {
+        uint32_t held = slab_hold(cp, s, more, true);
+        s->nfree -= held;
+        s->used += held;
+        s->hollow |= more;
+        s->giving++;
+        __atomic_add_fetch(&slab_hollow_bytes, bytes, __ATOMIC_RELAXED);
+        give[n++] = (slab_give_t){s, more, held, split};
       }
-      s->hollow |= more;
-      given += bytes;
-      __atomic_add_fetch(&slab_hollow_bytes, bytes, __ATOMIC_RELAXED);
     }
-    s = s->next;
-  } while (s != cp->partial);
-  lock_release(&cp->slab_lock);
+    s = s->next == cp->partial ? NULL : s->next;
+  }
+  *lap = s == NULL;
+  cp->giving_back += n;
+  return n;
+}
+
+/* Purges the chunks of give[0..n) (no lock held), each run of them in one call, after splitting
+   the huge pages they lie on. */
+static void slab_give_purge(const cache_t *cp, const slab_give_t *give, unsigned n) {
+  size_t chunk = slab_chunk(cp);
+  for (unsigned k = 0; k < n; k++) {
+    hugepage_split(&give[k].split);
+    for (uint32_t i = 0, j; i < 64; i = j + 1) {
+      j = i;
+      while (j < 64 && give[k].chunks >> j & 1)
+        j++;
+      if (j > i) os_purge((void *)(give[k].s->base + (uintptr_t)i * chunk), (j - i) * chunk);
+    }
+  }
+}
+
+/* Puts the objects held in give[0..n) back (slab lock held); slabs that emptied meanwhile go
+   onto *retired. Returns the bytes given back. */
+static size_t slab_give_settle(cache_t *cp, const slab_give_t *give, unsigned n, slab_t **retired) {
+  size_t given = 0;
+  for (unsigned k = 0; k < n; k++) {
+    slab_t *s = give[k].s;
+    slab_hold(cp, s, give[k].chunks, false);
+    s->nfree += give[k].held;
+    s->used -= give[k].held;
+    s->giving--;
+    given += (size_t)__builtin_popcountll(give[k].chunks) * slab_chunk(cp);
+    if (s->used == 0)
+      slab_retire(cp, s, retired);
+    else if (!s->listed)
+      slab_list(cp, s);
+  }
+  cp->giving_back -= n;
   return given;
+}
+
+size_t slab_give_back(cache_t *cp) {
+  slab_give_t give[SLAB_GIVE_BATCH];
+  size_t given = 0;
+  unsigned n = 0;
+  bool lap = false;
+  for (;;) { /* puts the last batch back and takes the next under one hold of the lock */
+    slab_t *retired = NULL, *from = NULL;
+    lock_acquire(&cp->slab_lock);
+    if (n) {
+      given += slab_give_settle(cp, give, n, &retired);
+      slab_t *last = give[n - 1].s; /* held until now: listed unless it emptied or filled */
+      from = last->listed && last->next != cp->partial ? last->next : NULL;
+      lap |= from == NULL; /* one that filled meanwhile went to the list's end: the rest waits */
+    }
+    n = lap ? 0 : slab_give_take(cp, give, from, &lap);
+    lock_release(&cp->slab_lock);
+    slab_release(cp, retired);
+    if (n == 0) return given;
+    INJECT(INJECT_GIVE_BACK);
+    slab_give_purge(cp, give, n);
+  }
 }
 
 void slab_check(cache_t *cp) {
@@ -384,7 +505,7 @@ void slab_check(cache_t *cp) {
     if (s->used + free_count != s->carved || free_count != s->nfree || s->carved > cp->per_slab ||
         !s->listed || s->base & (cp->span - 1) || s->next->prev != s)
       report_fatal("slab: descriptor accounting broken", (void *)s->base, s->used);
-    for (uint32_t i = 0; i < 64; i++)
+    for (uint32_t i = 0; i < 64 && !s->giving; i++) /* its held objects are out meanwhile */
       if (s->hollow >> i & 1 && !slab_chunk_free(cp, s, slab_chunk(cp), i))
         report_fatal("slab: a hollow chunk holds an object in use", (void *)s->base, i);
     if (pagemap_get(s->base + cp->span - 1) != ((uintptr_t)s | cp->tag))

@@ -54,7 +54,7 @@
  *      lock: that costs a call into the parent, and a span in flight meanwhile would send a
  *      crowd of threads that need one to map new memory. Importing stays under the lock: a
  *      mapping touches no page. `unlocked` counts the threads between, so that fork's prepare
- *      can wait for them (vmem_lock_settled).
+ *      can wait for them (lock_acquire_settled).
  */
 #include "vmem.h"
 #include "meta.h"
@@ -618,15 +618,6 @@ void vmem_check(vmem_t *vm) {
       listed != free_count)
     report_fatal("vmem: accounting disagrees with the segments", NULL, imported);
   lock_release(&vm->lock);
-}
-
-void vmem_lock_settled(vmem_t *vm) {
-  lock_acquire(&vm->lock);
-  while (vm->unlocked) { /* they need the lock to finish */
-    lock_release(&vm->lock);
-    os_sleep_ms(1);
-    lock_acquire(&vm->lock);
-  }
 }
 
 /* ---- spans, for the arena's owner ---- */

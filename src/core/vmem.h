@@ -76,9 +76,6 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size);
    wholly free spans when release_spans; returns the bytes given back to the kernel or parent. */
 size_t vmem_reap(vmem_t *vm, size_t keep_dirty, bool release_spans);
 void vmem_check(vmem_t *vm); /* aborts with a report if an invariant is broken */
-/* Takes vm's lock once no thread is giving back its pages outside it (fork's prepare: the
-   child would keep what they were giving back, and never give it). */
-void vmem_lock_settled(vmem_t *vm);
 /* Up to max spans for which pick(span, arg) holds, in address order, marked busy so that the
    caller may work on them without the lock; it hands each back with vmem_span_done, which
    sets its backing (and releases it if it emptied meanwhile). */

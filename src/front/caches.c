@@ -284,7 +284,7 @@ MAGPIE_EXPORT void magpie_cache_destroy(magpie_cache_t *cache) {
 
 static void cache_lock_one(cache_t *cp) {
   lock_acquire(&cp->depot.lock);
-  lock_acquire(&cp->slab_lock);
+  lock_acquire_settled(&cp->slab_lock, &cp->giving_back); /* slab.c theory 6 */
 }
 
 static void cache_unlock_one(cache_t *cp) {
@@ -293,6 +293,8 @@ static void cache_unlock_one(cache_t *cp) {
 }
 
 static void cache_init_locks(cache_t *cp) {
+  if (cp->giving_back) /* prepare waited for them (slab.c theory 6) */
+    report_fatal("fork: the child inherited slab pages half given back", cp, cp->giving_back);
   lock_init(&cp->slab_lock);
   lock_init(&cp->depot.lock);
 }
@@ -308,8 +310,8 @@ void cache_fork_prepare(void) {
   lock_acquire(&cache_list_lock);
   mag_fork_prepare();
   cache_for_all(cache_lock_one);
-  vmem_lock_settled(&slab_arena);
-  vmem_lock_settled(&heap_arena);
+  lock_acquire_settled(&slab_arena.lock, &slab_arena.unlocked);
+  lock_acquire_settled(&heap_arena.lock, &heap_arena.unlocked);
   meta_fork_prepare();
 }
 

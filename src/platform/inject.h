@@ -21,7 +21,7 @@ typedef enum inject_point {
   INJECT_THREAD_PARKED, /* the reaper parked threads' loaded magazines, before the fence */
   INJECT_DEPOT,         /* inside a depot's exchange, its lock held */
   INJECT_CPU_TRADE,     /* a per-CPU fast path is about to trade its CPU's pair */
-  INJECT_GIVE_BACK,     /* an arena let go of its lock to give pages back (vmem.c theory 10) */
+  INJECT_GIVE_BACK,     /* an arena or a slab layer let go of its lock to give pages back */
   INJECT_UNLOCKED,      /* a slow step let go of its lock: a slab or a metadata chunk to make */
   INJECT_POINTS
 } inject_point_t;

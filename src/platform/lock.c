@@ -33,6 +33,15 @@ void lock_acquire_slow(lock_t *l) {
   lock_count_wait(l, start);
 }
 
+void lock_acquire_settled(lock_t *l, const unsigned *pending) {
+  lock_acquire(l);
+  while (*pending) {
+    lock_release(l);
+    os_sleep_ms(1);
+    lock_acquire(l);
+  }
+}
+
 void lock_release_wake(lock_t *l) {
   os_futex_wake(&l->state, 1);
 }

@@ -90,6 +90,11 @@ static inline void lock_acquire(lock_t *l) {
   STAT_ADD(l->acquisitions, 1);
 }
 
+/* Takes l once *pending, which changes only under l, is zero: work that let go of l halfway
+   needs l to finish (pages given back outside an arena's or a slab layer's lock). fork's
+   prepare handler takes such locks so: the child would keep that work half done. */
+void lock_acquire_settled(lock_t *l, const unsigned *pending);
+
 /* Adds l's counters to sum (without the lock). */
 static inline void lock_stats_add(lock_stats_t *sum, const lock_t *l) {
   sum->acquisitions += STAT_READ(l->acquisitions);

@@ -8,8 +8,9 @@
  * the contents, and exits normally (running the allocator's exit work). A child that deadlocks is
  * killed by its alarm; any child that does not exit with status 0 fails the test.
  *
- * One more thread frees and trims TRIM_BYTES blocks without pause, so that forks land while the
- * allocator gives pages back outside its locks: the child must not inherit that work half done.
+ * One more thread frees and trims without pause, a TRIM_BYTES block and TRIM_SMALL small blocks
+ * but one in TRIM_KEEP, so that forks land while the allocator gives pages back outside its
+ * locks, whole ones and pages inside slabs: the child must not inherit that work half done.
  *
  * The parent holds HELD_BYTES, enough for the allocator to run a background thread. A child of a
  * multithreaded process may only call async-signal-safe functions until it execs, so the
@@ -36,6 +37,8 @@
 #define HELD_BYTES ((size_t)48 << 20)
 #define HELD_BLOCK 4096
 #define TRIM_BYTES ((size_t)32 << 20)
+#define TRIM_SMALL 65536
+#define TRIM_KEEP 64
 
 static atomic_int stop_workers;
 
@@ -106,16 +109,26 @@ static void *worker(void *arg) {
   return (void *)(uintptr_t)bad;
 }
 
-/* Writes a big block, frees it and trims: the trim purges its pages (and a free past the
-   allocator's retained bytes releases them). */
+/* Writes a big block and small ones, frees the big one and the small ones but one in
+   TRIM_KEEP, and trims: the trim purges the big block's pages (a free past the allocator's
+   retained bytes releases them) and the pages inside slabs that hold no small block. */
 static void *trimmer(void *arg) {
   (void)arg;
+  static char *small[TRIM_SMALL];
   while (!atomic_load(&stop_workers)) {
     char *p = malloc(TRIM_BYTES);
     if (p == NULL) return (void *)1;
     memset(p, 1, TRIM_BYTES);
     free(p);
+    for (int i = 0; i < TRIM_SMALL; i++) {
+      if ((small[i] = malloc(64)) == NULL) return (void *)1;
+      memset(small[i], 2, 64);
+    }
+    for (int i = 0; i < TRIM_SMALL; i++)
+      if (i % TRIM_KEEP) free(small[i]);
     malloc_trim(0);
+    for (int i = 0; i < TRIM_SMALL; i += TRIM_KEEP)
+      free(small[i]);
   }
   return NULL;
 }

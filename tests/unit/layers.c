@@ -18,7 +18,10 @@
  *   - returned objects come back out of their slab lowest address first, and one returned twice
  *     is reported as a double free;
  *   - the free pages inside a slab go back (slab_give_back), read as zero, are counted hollow
- *     in the slab's huge page, and come back into use with their free objects marked again.
+ *     in the slab's huge page, and come back into use with their free objects marked again;
+ *     they go back with the slab lock free, no object on them is handed out meanwhile, and
+ *     one of them freed meanwhile is reported as a double free (the linker wraps os_purge:
+ *     tests/unit/CMakeLists.txt).
  * Malloc's magazines are per thread here (percpu=0); tests/unit/percpu.c tests the per-CPU ones.
  */
 #include "cache.h"
@@ -250,6 +253,40 @@ static void slab_double_return(void *obj) {
   slab_free(double_cache, &obj, 1);
 }
 
+/* The cache whose give-back os_purge watches: the purges it saw, and those that ran with its
+   slab lock held. */
+static cache_t *purge_watched;
+static int purges, purges_locked;
+
+static void slab_free_one(void *obj) {
+  slab_free(purge_watched, &obj, 1);
+}
+
+void __real_os_purge(void *p, size_t size);
+/* At the watched cache's first purge: an object taken meanwhile lies elsewhere, and freeing
+   one that lies there (in a child) is a double free. */
+void __wrap_os_purge(void *p, size_t size) {
+  cache_t *cp = purge_watched;
+  if (cp && ++purges && !lock_try(&cp->slab_lock)) {
+    purges_locked++;
+  } else if (cp) {
+    lock_release(&cp->slab_lock);
+    if (purges == 1) {
+      void *q;
+      UCHECK(slab_alloc(cp, &q, 1, false) == 1);
+      UCHECK((uintptr_t)q + cp->size <= (uintptr_t)p || (uintptr_t)q >= (uintptr_t)p + size);
+      slab_free(cp, &q, 1);
+      slab_t *s = (slab_t *)(pagemap_get((uintptr_t)p) & ~PM_TAG_MASK);
+      void *held = (void *)(s->base + ((uintptr_t)p - s->base) / cp->size * cp->size);
+      char report[4096];
+      int status = unit_in_child_how(slab_free_one, held, report, sizeof report, true);
+      UCHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+      UCHECK(strstr(report, "double free") != NULL);
+    }
+  }
+  __real_os_purge(p, size);
+}
+
 /* Gives back the free pages of cp's slabs with one object in 256 kept, checks what the slab
    and huge-page layers record, then takes every object out again and back. */
 static void give_back_one(cache_t *cp) {
@@ -266,7 +303,12 @@ static void give_back_one(cache_t *cp) {
     memset(o[i], 0x5a, cp->size);
   for (unsigned i = 0; i < N; i++)
     if (i % 256) slab_free(cp, &o[i], 1);
-  size_t before = slab_hollow_bytes, given = slab_give_back(cp);
+  size_t before = slab_hollow_bytes;
+  purges = purges_locked = 0;
+  purge_watched = cp;
+  size_t given = slab_give_back(cp);
+  purge_watched = NULL;
+  UCHECK(purges > 0 && purges_locked == 0);
   /* the slabs of the N / 256 survivors stay, the others went back whole: half of the kept
      slabs' bytes at least is given back */
   size_t kept =
