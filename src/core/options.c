@@ -31,6 +31,7 @@ options_t opt = {
     .percpu = 1,
     .hugepages = OPT_HUGE_AUTO,
     .hugepages_min = 64u << 20, /* smaller slab heaps stay on 4 KiB pages (hugepage.c) */
+    .purge_batch = OS_PURGE_LIST,
     .profile_rate = 512u << 10, /* a sample per 512 KiB (its cost: docs/profiling.md) */
 };
 
@@ -60,6 +61,7 @@ static const opt_entry_t opt_table[] = {
     {"percpu_threads", OPT_SIZE, offsetof(options_t, percpu_threads), 0, 0},
     {"hugepages", OPT_HUGE_WORD, offsetof(options_t, hugepages), 0, 0},
     {"hugepages_min", OPT_SIZE, offsetof(options_t, hugepages_min), 0, 0},
+    {"purge_batch", OPT_SIZE, offsetof(options_t, purge_batch), 0, OS_PURGE_LIST},
     {"profile_rate", OPT_SIZE, offsetof(options_t, profile_rate), 0, (size_t)1 << 40},
     {"profile_file", OPT_PATH, offsetof(options_t, profile_file), 0, 0},
 #ifdef MAGPIE_INJECT /* the test build libmagpie_inject.so only: elsewhere an unknown option */

@@ -28,6 +28,7 @@ typedef struct options {
   size_t percpu_threads;  /* threads that keep their own magazines; 0: twice the CPUs */
   size_t hugepages;       /* OPT_HUGE_*: how slab huge pages are backed (hugepage.c) */
   size_t hugepages_min;   /* auto: slab heap bytes from which huge pages are used */
+  size_t purge_batch;     /* ranges purged in one process_madvise call (os.h); 0: madvise each */
   size_t profile_rate;    /* heap profiler: about one sample per this many bytes; 0 off */
   char profile_file[256]; /* heap profile written at exit ("%p": the pid); empty = none */
   size_t inject;          /* test build (platform/inject.h): seed of forced races; 0 off */

@@ -65,6 +65,7 @@
 #include "mag.h"
 #include "san_hooks.h"
 #include "meta.h"
+#include "options.h"
 #include "os.h"
 #include "pagemap.h"
 #include "report.h"
@@ -428,19 +429,22 @@ static unsigned slab_give_take(cache_t *cp, slab_give_t *give, slab_t *from, boo
   return n;
 }
 
-/* Purges the chunks of give[0..n) (no lock held), each run of them in one call, after splitting
+/* Purges the chunks of give[0..n) (no lock held), each run of them a range, after splitting
    the huge pages they lie on. */
 static void slab_give_purge(const cache_t *cp, const slab_give_t *give, unsigned n) {
   size_t chunk = slab_chunk(cp);
+  os_purge_list_t list = {.batch = opt.purge_batch};
   for (unsigned k = 0; k < n; k++) {
     hugepage_split(&give[k].split);
     for (uint32_t i = 0, j; i < 64; i = j + 1) {
       j = i;
       while (j < 64 && give[k].chunks >> j & 1)
         j++;
-      if (j > i) os_purge((void *)(give[k].s->base + (uintptr_t)i * chunk), (j - i) * chunk);
+      if (j > i)
+        os_purge_list_add(&list, (void *)(give[k].s->base + (uintptr_t)i * chunk), (j - i) * chunk);
     }
   }
+  os_purge_list_run(&list);
 }
 
 /* Puts the objects held in give[0..n) back (slab lock held); slabs that emptied meanwhile go

@@ -58,6 +58,7 @@
  */
 #include "vmem.h"
 #include "meta.h"
+#include "options.h"
 #include "os.h"
 #include "inject.h"
 #include "report.h"
@@ -437,15 +438,17 @@ static void jobs_run(vmem_t *vm, vmem_jobs_t *jobs) {
     INJECT(INJECT_GIVE_BACK);
     vmem_seg_t *purged[VMEM_JOBS];
     unsigned n = 0;
+    os_purge_list_t list = {.batch = opt.purge_batch};
     for (unsigned i = 0; i < jobs->n; i++) {
       vmem_job_t *j = &jobs->job[i];
       if (!j->seg) {
         vm->release(vm->source, (void *)j->start, j->size);
         continue;
       }
-      os_purge((void *)j->start, j->size);
+      os_purge_list_add(&list, (void *)j->start, j->size);
       purged[n++] = j->seg;
     }
+    os_purge_list_run(&list);
     jobs->n = 0;
     lock_acquire(&vm->lock);
     for (unsigned i = 0; i < n; i++) {

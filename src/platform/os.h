@@ -41,6 +41,21 @@ void os_unmap(void *p, size_t size);
 /* Resizes a mapping, moving it if it must (page tables move, not bytes); NULL on failure. */
 void *os_remap(void *p, size_t old_size, size_t new_size);
 void os_purge(void *p, size_t size); /* contents become zero, pages go back to the kernel */
+/* Ranges to purge together: os_purge_list_add lists one (and runs the list once full),
+   os_purge_list_run purges the listed ones and empties the list. Up to `batch` ranges go in one
+   process_madvise call (Linux 6.16 on, the calling process: one TLB flush across the CPUs for
+   all of them, where a madvise each interrupts every CPU the process runs on once a range);
+   batch 0 or 1, or a kernel (or a seccomp filter) that refuses the call: a madvise a range. */
+#define OS_PURGE_LIST 64
+typedef struct os_purge_list {
+  size_t n, batch;
+  struct {
+    void *start;
+    size_t size;
+  } range[OS_PURGE_LIST]; /* laid out as struct iovec */
+} os_purge_list_t;
+void os_purge_list_add(os_purge_list_t *list, void *p, size_t size);
+void os_purge_list_run(os_purge_list_t *list);
 /* Maps the range's pages now (their contents stay): 0, or the errno of MADV_POPULATE_WRITE
    (EINVAL before Linux 5.14, where nothing is done; ENOMEM or EFAULT short of memory). */
 int os_populate(void *p, size_t size);

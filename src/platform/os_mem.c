@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 static size_t os_mapped;     /* bytes mapped now (atomic) */
@@ -97,6 +98,40 @@ void *os_remap(void *p, size_t old_size, size_t new_size) {
 
 void os_purge(void *p, size_t size) {
   madvise(p, size, MADV_DONTNEED);
+}
+
+#ifndef SYS_process_madvise
+#define SYS_process_madvise 440 /* Linux 5.10 */
+#endif
+#define OS_PIDFD_SELF (-10000) /* PIDFD_SELF_THREAD (Linux 6.14): the caller's own process */
+_Static_assert(sizeof(((os_purge_list_t *)0)->range[0]) == sizeof(struct iovec) &&
+                   offsetof(struct iovec, iov_len) == sizeof(void *),
+               "a listed range is an iovec");
+
+static bool os_purge_vector_refused; /* process_madvise failed once: madvise from then on */
+
+void os_purge_list_run(os_purge_list_t *list) {
+  size_t i = 0;
+  while (i < list->n && list->batch > 1 &&
+         !__atomic_load_n(&os_purge_vector_refused, __ATOMIC_RELAXED)) {
+    size_t k = list->n - i < list->batch ? list->n - i : list->batch, bytes = 0;
+    for (size_t j = i; j < i + k; j++)
+      bytes += list->range[j].size;
+    long done = syscall(SYS_process_madvise, OS_PIDFD_SELF, (struct iovec *)&list->range[i], k,
+                        MADV_DONTNEED, 0);
+    if (done < 0) __atomic_store_n(&os_purge_vector_refused, true, __ATOMIC_RELAXED);
+    if ((size_t)done != bytes) break; /* those ranges one by one: a second purge is harmless */
+    i += k;
+  }
+  for (; i < list->n; i++)
+    os_purge(list->range[i].start, list->range[i].size);
+  list->n = 0;
+}
+
+void os_purge_list_add(os_purge_list_t *list, void *p, size_t size) {
+  if (list->n == OS_PURGE_LIST) os_purge_list_run(list);
+  list->range[list->n].start = p;
+  list->range[list->n++].size = size;
 }
 
 int os_populate(void *p, size_t size) {

@@ -20,8 +20,8 @@
  *   - the free pages inside a slab go back (slab_give_back), read as zero, are counted hollow
  *     in the slab's huge page, and come back into use with their free objects marked again;
  *     they go back with the slab lock free, no object on them is handed out meanwhile, and
- *     one of them freed meanwhile is reported as a double free (the linker wraps os_purge:
- *     tests/unit/CMakeLists.txt).
+ *     one of them freed meanwhile is reported as a double free (the linker wraps
+ *     os_purge_list_run: tests/unit/CMakeLists.txt).
  * Malloc's magazines are per thread here (percpu=0); tests/unit/percpu.c tests the per-CPU ones.
  */
 #include "cache.h"
@@ -253,8 +253,8 @@ static void slab_double_return(void *obj) {
   slab_free(double_cache, &obj, 1);
 }
 
-/* The cache whose give-back os_purge watches: the purges it saw, and those that ran with its
-   slab lock held. */
+/* The cache whose give-back os_purge_list_run watches: the purges it saw, and those that ran with
+   its slab lock held. */
 static cache_t *purge_watched;
 static int purges, purges_locked;
 
@@ -262,14 +262,16 @@ static void slab_free_one(void *obj) {
   slab_free(purge_watched, &obj, 1);
 }
 
-void __real_os_purge(void *p, size_t size);
+void __real_os_purge_list_run(os_purge_list_t *list);
 /* At the watched cache's first purge: an object taken meanwhile lies elsewhere, and freeing
    one that lies there (in a child) is a double free. */
-void __wrap_os_purge(void *p, size_t size) {
+void __wrap_os_purge_list_run(os_purge_list_t *list) {
   cache_t *cp = purge_watched;
-  if (cp && ++purges && !lock_try(&cp->slab_lock)) {
+  void *p = list->range[0].start;
+  size_t size = list->range[0].size;
+  if (cp && list->n && ++purges && !lock_try(&cp->slab_lock)) {
     purges_locked++;
-  } else if (cp) {
+  } else if (cp && list->n) {
     lock_release(&cp->slab_lock);
     if (purges == 1) {
       void *q;
@@ -284,7 +286,7 @@ void __wrap_os_purge(void *p, size_t size) {
       UCHECK(strstr(report, "double free") != NULL);
     }
   }
-  __real_os_purge(p, size);
+  __real_os_purge_list_run(list);
 }
 
 /* Gives back the free pages of cp's slabs with one object in 256 kept, checks what the slab

@@ -3,7 +3,8 @@
  * each block stamped at both ends and checked at free (no overlap), the arena's invariants
  * checked after every operation (vmem_check), in-place resize, quantum caches, that a full
  * reap gives every imported span back to the parent, and that pages go back with the arena's
- * lock free (the linker wraps os_purge here: tests/unit/CMakeLists.txt).
+ * lock free (the linker wraps os_purge_list_run here: tests/unit/CMakeLists.txt); and that a
+ * purge list zeroes the pages it lists and no other, in batches and one by one.
  */
 #include "vmem.h"
 #include "os.h"
@@ -26,8 +27,8 @@ typedef struct fake_parent {
   size_t imported, released;
 } fake_parent_t;
 
-/* The arena whose lock the parent's release and os_purge look at, and how often they found it
-   held; segments being purged, which no allocation may get meanwhile. */
+/* The arena whose lock the parent's release and os_purge_list_run look at, and how often they found
+   it held; segments being purged, which no allocation may get meanwhile. */
 static vmem_t *watched;
 static int calls_locked, purges, releases;
 static void *during_purge;
@@ -40,9 +41,11 @@ static bool watched_unlocked(void) {
   return true;
 }
 
-void __real_os_purge(void *p, size_t size);
-void __wrap_os_purge(void *p, size_t size) {
-  if (watched) {
+void __real_os_purge_list_run(os_purge_list_t *list);
+void __wrap_os_purge_list_run(os_purge_list_t *list) {
+  for (size_t i = 0; watched && i < list->n; i++) {
+    uintptr_t p = (uintptr_t)list->range[i].start;
+    size_t size = list->range[i].size;
     purges++;
     if (!watched_unlocked()) {
       calls_locked++;
@@ -51,10 +54,10 @@ void __wrap_os_purge(void *p, size_t size) {
       during_purge = vmem_alloc(watched, size, OS_PAGE, 0, &clean);
       during_purge_size = size;
       uintptr_t q = (uintptr_t)during_purge;
-      UCHECK(q && (q + size <= (uintptr_t)p || q >= (uintptr_t)p + size));
+      UCHECK(q && (q + size <= p || q >= p + size));
     }
   }
-  __real_os_purge(p, size);
+  __real_os_purge_list_run(list);
 }
 
 static void *fake_import(void *source, size_t size, size_t align, bool *clean) {
@@ -182,7 +185,28 @@ static void unlocked_test(fake_parent_t *parent) {
   watched = NULL;
 }
 
+/* Lists every other page of a written mapping, more than a batch, in a purge list of batch
+   ranges a call: the listed pages read zero afterwards, the others keep their bytes. */
+static void purge_list_check(size_t batch) {
+  enum { PAGES = 2 * (OS_PURGE_LIST + OS_PURGE_LIST / 2) + 1 };
+  unsigned char *m =
+      mmap(NULL, PAGES * OS_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  UCHECK(m != MAP_FAILED);
+  memset(m, 0xab, PAGES * OS_PAGE);
+  os_purge_list_t list = {.batch = batch};
+  for (size_t i = 1; i < PAGES; i += 2)
+    os_purge_list_add(&list, m + i * OS_PAGE, OS_PAGE);
+  os_purge_list_run(&list);
+  UCHECK(list.n == 0);
+  for (size_t i = 0; i < PAGES; i++)
+    UCHECK(m[i * OS_PAGE] == (i % 2 ? 0 : 0xab) && m[i * OS_PAGE + OS_PAGE - 1] == m[i * OS_PAGE]);
+  munmap(m, PAGES * OS_PAGE);
+}
+
 int main(void) {
+  purge_list_check(OS_PURGE_LIST);
+  purge_list_check(7);
+  purge_list_check(0);
   static fake_parent_t parent;
   void *region = mmap(NULL, REGION, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
