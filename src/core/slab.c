@@ -52,8 +52,9 @@
  *      and the free objects on them leave the bitmap as if handed out (`giving` counts the
  *      give-backs holding some), so that no refill takes one and the slab cannot empty; after
  *      the purges, under the lock again, they come back. Meanwhile an object on a hollow chunk
- *      whose bit is clear is one of them, and freeing it is a double free. A chunk that
- *      reaches past the carved part stays: an object could be carved on it meanwhile.
+ *      whose bit is clear is one of them, and freeing it is a double free. Where the last such
+ *      chunk reaches past the carved part, the objects up to its end are carved first, free,
+ *      so that none is carved on it meanwhile.
  *      SLAB_GIVE_BATCH slabs at a time; the cache's `giving_back` counts them, so that fork's
  *      prepare can wait for none (lock_acquire_settled).
  *   Lock order: fork.c's list (slab_lock, then the slab and heap arenas' locks, then metadata
@@ -383,6 +384,20 @@ static uint32_t slab_hold(const cache_t *cp, slab_t *s, uint64_t chunks, bool ho
   return moved;
 }
 
+/* Carves, free, the objects of s up to the end of the last of chunks `chunks` (slab lock held):
+   where it reaches past the carved part, an object could otherwise be carved on it while its
+   pages go back (theory 6). */
+static void slab_carve_to(const cache_t *cp, slab_t *s, uint64_t chunks) {
+  size_t end = (size_t)(64 - __builtin_clzll(chunks)) * slab_chunk(cp);
+  uint32_t last = (uint32_t)((end - 1) / cp->size);
+  if (last >= cp->per_slab) last = cp->per_slab - 1;
+  if (last < s->carved) return;
+  for (uint32_t w = s->carved / 64; w <= last / 64; w++)
+    s->map[w] |= slab_word_mask(w, s->carved, last);
+  s->nfree += last + 1 - s->carved;
+  s->carved = last + 1;
+}
+
 /* A slab whose pages go back, the free objects on them held meanwhile. */
 typedef struct slab_give {
   slab_t *s;
@@ -402,17 +417,14 @@ static unsigned slab_give_take(cache_t *cp, slab_give_t *give, slab_t *from, boo
   while (s && n < SLAB_GIVE_BATCH) {
     if (s->returned) { /* else nothing came back since the last look: nothing more is free */
       s->returned = false;
-      uint64_t more = 0; /* not a chunk that reaches past the carved part: one may be carved on
-                            it while its pages go back */
-      size_t carved_end = s->carved == cp->per_slab ? cp->span : (size_t)s->carved * cp->size;
+      uint64_t more = 0;
       for (uint32_t i = 0; i < chunks; i++)
-        if (!(s->hollow >> i & 1) && (i + 1) * chunk <= carved_end &&
-            slab_chunk_free(cp, s, chunk, i))
-          more |= (uint64_t)1 << i;
+        if (!(s->hollow >> i & 1) && slab_chunk_free(cp, s, chunk, i)) more |= (uint64_t)1 << i;
       size_t bytes = (size_t)__builtin_popcountll(more) * chunk;
       hugepage_split_t split = {NULL, 0};
       if (more &&
           (s->from_heap || hugepage_slab_hollow((void *)s->base, (ptrdiff_t)bytes, &split))) {
+        slab_carve_to(cp, s, more);
         uint32_t held = slab_hold(cp, s, more, true);
         s->nfree -= held;
         s->used += held;
