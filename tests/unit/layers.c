@@ -274,10 +274,12 @@ void __wrap_os_purge_list_run(os_purge_list_t *list) {
   } else if (cp && list->n) {
     lock_release(&cp->slab_lock);
     if (purges == 1) {
-      void *q;
-      UCHECK(slab_alloc(cp, &q, 1, false) == 1);
-      UCHECK((uintptr_t)q + cp->size <= (uintptr_t)p || (uintptr_t)q >= (uintptr_t)p + size);
-      slab_free(cp, &q, 1);
+      for (int run = 0; run < 2; run++) { /* a returned object, then a never-used one */
+        void *q;
+        UCHECK(slab_alloc(cp, &q, 1, run) == 1);
+        UCHECK((uintptr_t)q + cp->size <= (uintptr_t)p || (uintptr_t)q >= (uintptr_t)p + size);
+        slab_free(cp, &q, 1);
+      }
       slab_t *s = (slab_t *)(pagemap_get((uintptr_t)p) & ~PM_TAG_MASK);
       void *held = (void *)(s->base + ((uintptr_t)p - s->base) / cp->size * cp->size);
       char report[4096];
@@ -287,6 +289,29 @@ void __wrap_os_purge_list_run(os_purge_list_t *list) {
     }
   }
   __real_os_purge_list_run(list);
+}
+
+/* A slab carved to the middle of its second page, all but its first object free: the second
+   page goes back, and no object is carved on it meanwhile (the wrapper above takes one). */
+static void give_back_carving(void) {
+  enum { N = 100 };
+  cache_t *cp = (cache_t *)magpie_cache_create("carving", 64, 0, NULL, NULL, NULL, 0);
+  UCHECK(cp != NULL && cp->per_slab > 2 * N);
+  void *o[N];
+  UCHECK(slab_alloc(cp, o, N, true) == N);
+  slab_t *s = (slab_t *)(pagemap_get((uintptr_t)o[0]) & ~PM_TAG_MASK);
+  UCHECK(s->carved == N && (uintptr_t)o[N - 1] == s->base + (N - 1) * 64);
+  slab_free(cp, o + 1, N - 1);
+  purges = purges_locked = 0;
+  purge_watched = cp;
+  UCHECK(slab_give_back(cp) >= OS_PAGE);
+  purge_watched = NULL;
+  UCHECK(purges == 1 && purges_locked == 0 && s->carved >= 2 * OS_PAGE / 64);
+  slab_check(cp);
+  UCHECK(slab_alloc(cp, o + 1, N - 1, false) == N - 1); /* the hollow page comes back in use */
+  slab_check(cp);
+  slab_free(cp, o, N);
+  magpie_cache_destroy((magpie_cache_t *)cp);
 }
 
 /* Gives back the free pages of cp's slabs with one object in 256 kept, checks what the slab
@@ -657,6 +682,7 @@ int main(int argc, char **argv) {
   static const size_t hollow_sizes[] = {64, 40000};
   for (size_t k = 0; k < 2; k++)
     give_back_one(&malloc_caches[sc_of(hollow_sizes[k])]);
+  give_back_carving();
 
   printf("layers: ok (%d objects constructed and destructed, %lu looks of the reaper)\n",
          ctor_calls, looks);
