@@ -108,10 +108,13 @@ _Static_assert(sizeof(((os_purge_list_t *)0)->range[0]) == sizeof(struct iovec) 
                    offsetof(struct iovec, iov_len) == sizeof(void *),
                "a listed range is an iovec");
 
-static bool os_purge_vector_refused; /* process_madvise failed once: madvise from then on */
+/* process_madvise failed once, or valgrind runs the program (its tools do not know the call and
+   say so): madvise from then on. */
+static bool os_purge_vector_refused;
 
 void os_purge_list_run(os_purge_list_t *list) {
   size_t i = 0;
+  if (list->n && vg_running()) __atomic_store_n(&os_purge_vector_refused, true, __ATOMIC_RELAXED);
   while (i < list->n && list->batch > 1 &&
          !__atomic_load_n(&os_purge_vector_refused, __ATOMIC_RELAXED)) {
     size_t k = list->n - i < list->batch ? list->n - i : list->batch, bytes = 0;

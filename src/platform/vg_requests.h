@@ -24,6 +24,11 @@
 #ifdef MAGPIE_HAVE_VALGRIND
 #include <valgrind/memcheck.h>
 
+/* Under any of valgrind's tools (which may not know a newer system call: os_mem.c). */
+static inline bool vg_running(void) {
+  return RUNNING_ON_VALGRIND;
+}
+
 static inline bool vg_memcheck_running(void) {
   char byte = 0, vbits = 0;
   return RUNNING_ON_VALGRIND && VALGRIND_GET_VBITS(&byte, &vbits, 1) == 1;
@@ -69,6 +74,9 @@ static inline void vg_errors_on(void) {
   VALGRIND_ENABLE_ERROR_REPORTING;
 }
 #else
+static inline bool vg_running(void) {
+  return false;
+}
 static inline bool vg_memcheck_running(void) {
   return false;
 }
