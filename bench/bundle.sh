@@ -1,7 +1,8 @@
 #!/bin/sh
 # Builds the device bundle: a self-contained folder that runs the many-core matrix
 # (bench/scaling.py's workloads) on a machine with no package manager and maybe no python3.
-# It holds the benchmark programs and bench_rusage, libmagpie.so and the peers' libraries
+# It holds the benchmark programs and bench_rusage (and bench_large, whose shrink-wait and
+# trim-wait rows are run by hand there: bench/README.md), libmagpie.so and the peers' libraries
 # (jemalloc, tcmalloc, mimalloc 2.0 from Debian; mimalloc 3 from build/peers, see
 # scripts/peer-mimalloc3.sh), Debian's ld-linux-x86-64.so.2 and, in lib/, every shared library
 # they load (libc, libm, libstdc++, libgcc_s, ...), so every program runs as
@@ -46,7 +47,7 @@ shift $((OPTIND - 1))
 dest=${1:-$root/bundle}
 libdir=/usr/lib/x86_64-linux-gnu
 
-progs="larson prodcons threadchurn mstress servermix falseshare rusage"
+progs="larson prodcons threadchurn mstress servermix falseshare large rusage"
 for p in $progs; do
   [ -x "$build/bench/bench_$p" ] ||
     { echo "bundle: $build/bench/bench_$p not built (make build)" >&2; exit 1; }
