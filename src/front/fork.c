@@ -38,6 +38,9 @@
  *      FORK_NESTING_MAX (one more signal handler each) take nothing, like case 3.
  *   5. The handlers are registered from the library constructor, when malloc already works
  *      (pthread_atfork allocates).
+ *   6. Pages go back to the kernel between two holds of a slab lock or an arena's lock (slab.c
+ *      theory 6, vmem.c theory 10). Prepare takes those locks once no such work is in flight
+ *      (lock_acquire_settled): the child would keep it half done, with nobody to finish it.
  *
  * Lock order. A thread that holds a lock of this list takes only locks further down it:
  *    1. stdio's list lock (glibc's; magpie takes it only here)
