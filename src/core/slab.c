@@ -76,7 +76,7 @@ size_t slab_hollow_bytes;
 
 #define SLAB_GIVE_BATCH 64 /* slabs whose pages go back in one stretch without the lock */
 
-/* Descriptors with bitmaps for up to 576, 1600 and SLAB_OBJECTS_MAX objects. */
+/* Descriptors with bitmaps for up to 512, 1536 and SLAB_OBJECTS_MAX objects. */
 #define SLAB_POOLS 3
 static meta_pool_t slab_pools[SLAB_POOLS] = {META_POOL(128), META_POOL(256), META_POOL(640)};
 _Static_assert(sizeof(slab_t) + SLAB_OBJECTS_MAX / 8 <= 640, "the largest bitmap fits");
@@ -180,12 +180,13 @@ static uint32_t slab_index(const cache_t *cp, const slab_t *s, const void *obj) 
   return (uint32_t)(((uintptr_t)obj - s->base) / cp->size);
 }
 
-/* Whether object k of s lies on a hollow chunk. Its bit is set then (every object there is
-   free), except while slab_give_back holds it (theory 6): freeing it is a double free. */
-static bool slab_on_hollow(const cache_t *cp, const slab_t *s, uint32_t k) {
+/* The chunks (theory 6) that object k lies on, as a mask. An object on a hollow chunk has its
+   bit set (every object there is free), except while slab_give_back holds it: freeing it then
+   is a double free. */
+static uint64_t slab_object_chunks(const cache_t *cp, uint32_t k) {
   size_t chunk = slab_chunk(cp), lo = (size_t)k * cp->size / chunk;
   size_t hi = ((size_t)k * cp->size + cp->size - 1) / chunk;
-  return s->hollow & (~(uint64_t)0 >> (63 - hi)) & (~(uint64_t)0 << lo);
+  return (~(uint64_t)0 >> (63 - hi)) & (~(uint64_t)0 << lo);
 }
 
 /* Returns unconstructed objects to their slabs. */
@@ -196,7 +197,8 @@ static void slab_return(cache_t *cp, void **objs, unsigned n) {
     slab_t *s = slab_of(cp, objs[i]);
     uint32_t k = s ? slab_index(cp, s, objs[i]) : 0;
     bool foreign = !s || k >= s->carved;
-    if (foreign || s->map[k / 64] >> k % 64 & 1 || (s->giving && slab_on_hollow(cp, s, k))) {
+    if (foreign || s->map[k / 64] >> k % 64 & 1 ||
+        (s->giving && s->hollow & slab_object_chunks(cp, k))) {
       lock_release(&cp->slab_lock);
       slab_release(cp, retired);
       uintptr_t tag = pagemap_get((uintptr_t)objs[i]) & PM_TAG_MASK;
@@ -223,9 +225,10 @@ static void slab_return(cache_t *cp, void **objs, unsigned n) {
    zero; its free objects get their markers back. slab_lock held (a report lets go of it). */
 static void slab_unhollow(cache_t *cp, slab_t *s, uintptr_t obj) {
   size_t chunk = slab_chunk(cp), size = cp->size;
-  for (uintptr_t i = (obj - s->base) / chunk; i <= (obj - s->base + size - 1) / chunk; i++) {
-    if (!(s->hollow >> i & 1)) continue;
-    uintptr_t start = s->base + i * chunk;
+  uint64_t under = s->hollow & slab_object_chunks(cp, slab_index(cp, s, (void *)obj));
+  for (; under; under &= under - 1) {
+    unsigned i = (unsigned)__builtin_ctzll(under);
+    uintptr_t start = s->base + (uintptr_t)i * chunk;
     for (const uint64_t *w = (const uint64_t *)start; w < (const uint64_t *)(start + chunk); w++)
       if (*w) {
         lock_release(&cp->slab_lock);

@@ -19,7 +19,7 @@ typedef void vmem_release_t(void *source, void *addr, size_t size);
 typedef void *vmem_remap_t(void *source, void *addr, size_t old_size, size_t new_size);
 typedef struct vmem_seg vmem_seg_t;
 /* Optional: the owner's record of a purge of free range [addr, addr + size) of span (its
-   marker), called under the arena's lock just before os_purge gives the pages back outside it. */
+   marker), called under the arena's lock just before the pages go back outside it. */
 typedef void vmem_purging_t(void *source, vmem_seg_t *span, void *addr, size_t size);
 
 struct vmem_seg {

@@ -31,7 +31,7 @@ static inline bool vg_running(void) {
 
 static inline bool vg_memcheck_running(void) {
   char byte = 0, vbits = 0;
-  return RUNNING_ON_VALGRIND && VALGRIND_GET_VBITS(&byte, &vbits, 1) == 1;
+  return vg_running() && VALGRIND_GET_VBITS(&byte, &vbits, 1) == 1;
 }
 /* A block handed out: addressable, defined if zeroed, else undefined. */
 static inline void vg_block_alloc(void *p, size_t size, bool zeroed) {
