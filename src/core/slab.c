@@ -50,13 +50,19 @@
  *      The purges run without the slab lock (a big heap's take tens of milliseconds, and every
  *      thread that misses in the class would wait): under the lock the chunks become hollow
  *      and the free objects on them leave the bitmap as if handed out (`giving` counts the
- *      give-backs holding some), so that no refill takes one and the slab cannot empty; after
- *      the purges, under the lock again, they come back. Meanwhile an object on a hollow chunk
+ *      give-backs and refills holding some), so that no refill takes one and the slab cannot empty;
+ * after the purges, under the lock again, they come back. Meanwhile an object on a hollow chunk
  *      whose bit is clear is one of them, and freeing it is a double free. Where the last such
  *      chunk reaches past the carved part, the objects up to its end are carved first, free,
- *      so that none is carved on it meanwhile.
- *      SLAB_GIVE_BATCH slabs at a time; the cache's `giving_back` counts them, so that fork's
- *      prepare can wait for none (lock_acquire_settled).
+ *      so that none is carved on it meanwhile. SLAB_GIVE_BATCH slabs at a time.
+ *      Taking hollow chunks back into use runs without the lock too (their pages fault in, one
+ *      after another, and every thread that misses in the class would wait): a refill that
+ *      took objects on them holds the chunks' other free objects the same way, checks and
+ *      marks the chunks unlocked, and puts the objects back. It keeps the bits it cleared,
+ *      since an object that lies on two chunks may be held already by a give-back or a refill
+ *      of the neighbour. A refill wakes chunks of one slab: it stops before a second slab
+ *      with hollow chunks. The cache's `giving_back` counts the give-backs and refills in
+ *      flight, so that fork's prepare can wait for none (lock_acquire_settled).
  *   Lock order: fork.c's list (slab_lock, then the slab and heap arenas' locks, then metadata
  *   pools).
  */
@@ -150,6 +156,15 @@ static size_t slab_chunk(const cache_t *cp) {
   return cp->span > 64 * OS_PAGE ? cp->span / 64 : OS_PAGE;
 }
 
+/* The next run of chunks set in mask `chunks` from chunk *i on: [*i, *j), or false if none. */
+static bool slab_chunk_run(uint64_t chunks, uint32_t *i, uint32_t *j) {
+  while (*i < 64 && !(chunks >> *i & 1))
+    (*i)++;
+  for (*j = *i; *j < 64 && chunks >> *j & 1; (*j)++) {
+  }
+  return *j > *i;
+}
+
 /* Takes s, all of whose objects came back, out of cp (slab lock held): unlisted and unmapped,
    no free finds it any more. The caller gives it back with slab_release once the lock is
    released, linked through next. */
@@ -181,8 +196,8 @@ static uint32_t slab_index(const cache_t *cp, const slab_t *s, const void *obj) 
 }
 
 /* The chunks (theory 6) that object k lies on, as a mask. An object on a hollow chunk has its
-   bit set (every object there is free), except while slab_give_back holds it: freeing it then
-   is a double free. */
+   bit set (every object there is free), except while a give-back or a refill holds it (theory
+   6): freeing it then is a double free. */
 static uint64_t slab_object_chunks(const cache_t *cp, uint32_t k) {
   size_t chunk = slab_chunk(cp), lo = (size_t)k * cp->size / chunk;
   size_t hi = ((size_t)k * cp->size + cp->size - 1) / chunk;
@@ -221,39 +236,142 @@ static void slab_return(cache_t *cp, void **objs, unsigned n) {
   slab_release(cp, retired);
 }
 
-/* Takes the hollow chunks under the object at obj back into use (theory 6): each must read as
-   zero; its free objects get their markers back. slab_lock held (a report lets go of it). */
-static void slab_unhollow(cache_t *cp, slab_t *s, uintptr_t obj) {
+/* The bits of objects first..last in word w of a bitmap. */
+static uint64_t slab_word_mask(uint32_t w, uint32_t first, uint32_t last) {
+  uint64_t mask = ~(uint64_t)0;
+  if (w == first / 64) mask &= ~(uint64_t)0 << first % 64;
+  if (w == last / 64) mask &= ~(uint64_t)0 >> (63 - last % 64);
+  return mask;
+}
+
+/* Hollow chunks of one slab that a refill takes back into use (theory 6): the free objects on
+   them held meanwhile, their bits kept here, as a give-back holds its chunks' objects. */
+typedef struct slab_wake {
+  slab_t *s; /* NULL: none */
+  uint64_t chunks;
+  uint32_t held;
+  uint32_t lo, hi;                      /* kept[lo..hi] hold every bit taken */
+  uint64_t kept[SLAB_OBJECTS_MAX / 64]; /* valid between lo and hi */
+} slab_wake_t;
+
+/* The carved objects first..last of s lying on chunk i, which starts in the carved part (slab
+   lock held). */
+static void slab_chunk_objects(const cache_t *cp, const slab_t *s, uint32_t i, uint32_t *first,
+                               uint32_t *last) {
+  size_t chunk = slab_chunk(cp);
+  *first = (uint32_t)(i * chunk / cp->size);
+  *last = (uint32_t)(((i + 1) * chunk - 1) / cp->size);
+  if (*last >= s->carved) *last = s->carved - 1;
+}
+
+/* Whether object k of s, on chunk i and maybe on a neighbour, is free, or held by wake, or one
+   of out[0..n): else a give-back or refill of that neighbour holds it (slab lock held). */
+static bool slab_edge_ours(const cache_t *cp, const slab_t *s, uint32_t i, uint32_t k,
+                           void *const *out, unsigned n, const slab_wake_t *wake) {
+  if (slab_object_chunks(cp, k) == (uint64_t)1 << i || s->map[k / 64] >> k % 64 & 1 ||
+      wake->kept[k / 64] >> k % 64 & 1)
+    return true;
+  for (unsigned j = 0; j < n; j++)
+    if (slab_index(cp, s, out[j]) == k) return true;
+  return false;
+}
+
+/* Holds into wake, whose slab is s or none, the free objects on the hollow chunks under
+   out[from..n), objects just taken from s after out[0..from) (slab lock held). Returns false
+   where an object across one of those chunks' edges is held by a give-back or refill of the
+   neighbour chunk, which may put it back into the bitmap before this refill is done: the
+   caller then wakes the chunks under the lock. */
+static bool slab_wake_hold(cache_t *cp, slab_t *s, void *const *out, unsigned from, unsigned n,
+                           slab_wake_t *wake) {
+  uint64_t chunks = 0;
+  for (unsigned i = from; i < n; i++)
+    chunks |= slab_object_chunks(cp, slab_index(cp, s, out[i]));
+  chunks &= s->hollow & ~wake->chunks;
+  if (!chunks) return true;
+  if (!wake->s) {
+    *wake = (slab_wake_t){.s = s, .lo = UINT32_MAX};
+    s->giving++;
+    cp->giving_back++;
+  }
+  bool alone = true;
+  uint32_t first, last;
+  for (uint64_t c = chunks; c; c &= c - 1) {
+    uint32_t i = (uint32_t)__builtin_ctzll(c);
+    slab_chunk_objects(cp, s, i, &first, &last);
+    alone &= slab_edge_ours(cp, s, i, first, out, n, wake) &&
+             slab_edge_ours(cp, s, i, last, out, n, wake);
+  }
+  wake->chunks |= chunks;
+  for (; chunks; chunks &= chunks - 1) {
+    slab_chunk_objects(cp, s, (uint32_t)__builtin_ctzll(chunks), &first, &last);
+    for (uint32_t w = first / 64; w <= last / 64; w++) {
+      uint64_t bits = s->map[w] & slab_word_mask(w, first, last);
+      s->map[w] &= ~bits;
+      wake->kept[w] |= bits;
+      uint32_t held = (uint32_t)__builtin_popcountll(bits);
+      wake->held += held;
+      s->nfree -= held;
+      s->used += held;
+      if (w < wake->lo) wake->lo = w;
+      if (w > wake->hi) wake->hi = w;
+    }
+  }
+  return alone;
+}
+
+/* Checks that the woken chunks still read as zero and gives the free objects starting on them
+   their markers (their pages fault in here: without the lock where the refill holds them
+   alone; held, the lock to let go of before a report). Where every page holds an object start,
+   and so is written soon, each run of chunks is mapped in one call first: reading a page given
+   back maps the zero page, and the first write then faults again. */
+static void slab_wake_mark(cache_t *cp, const slab_wake_t *wake, lock_t *held) {
+  const slab_t *s = wake->s;
   size_t chunk = slab_chunk(cp), size = cp->size;
-  uint64_t under = s->hollow & slab_object_chunks(cp, slab_index(cp, s, (void *)obj));
-  for (; under; under &= under - 1) {
-    unsigned i = (unsigned)__builtin_ctzll(under);
-    uintptr_t start = s->base + (uintptr_t)i * chunk;
+  for (uint32_t i = 0, j; size <= OS_PAGE && slab_chunk_run(wake->chunks, &i, &j); i = j)
+    (void)os_populate((void *)(s->base + (uintptr_t)i * chunk), (j - i) * chunk);
+  for (uint64_t under = wake->chunks; under; under &= under - 1) {
+    uintptr_t start = s->base + (uintptr_t)__builtin_ctzll(under) * chunk;
     for (const uint64_t *w = (const uint64_t *)start; w < (const uint64_t *)(start + chunk); w++)
       if (*w) {
-        lock_release(&cp->slab_lock);
+        if (held) lock_release(held);
         report_heap_error("write after free",
                           (void *)(s->base + ((uintptr_t)w - s->base) / size * size),
                           "a freed block was written after magpie gave its page back to the "
                           "kernel (a double free, or a use after free)");
       }
     uint32_t last = (uint32_t)((start - s->base + chunk - 1) / size); /* objects starting here */
-    for (uint32_t k = (uint32_t)((start - s->base + size - 1) / size); k <= last && k < s->carved;
-         k++)
-      if (s->map[k / 64] >> k % 64 & 1) {
+    for (uint32_t k = (uint32_t)((start - s->base + size - 1) / size); k <= last; k++)
+      if (wake->kept[k / 64] >> k % 64 & 1) {
         uintptr_t a = s->base + k * size;
         *(uintptr_t *)a = a ^ mag_consts.secret; /* the free marker (mag.h) */
       }
-    s->hollow &= ~((uint64_t)1 << i);
-    __atomic_sub_fetch(&slab_hollow_bytes, chunk, __ATOMIC_RELAXED);
-    if (!s->from_heap) hugepage_slab_hollow((void *)s->base, -(ptrdiff_t)chunk, NULL);
+  }
+}
+
+/* Puts the objects held in wake back and its chunks in use (slab lock held). */
+static void slab_wake_settle(cache_t *cp, const slab_wake_t *wake) {
+  slab_t *s = wake->s;
+  for (uint32_t w = wake->lo; w <= wake->hi; w++)
+    s->map[w] |= wake->kept[w];
+  if (wake->lo < s->scan) s->scan = wake->lo;
+  s->nfree += wake->held;
+  s->used -= wake->held; /* the refill's own objects keep it above zero */
+  s->hollow &= ~wake->chunks;
+  s->giving--;
+  cp->giving_back--;
+  size_t bytes = (size_t)__builtin_popcountll(wake->chunks) * slab_chunk(cp);
+  __atomic_sub_fetch(&slab_hollow_bytes, bytes, __ATOMIC_RELAXED);
+  if (!s->from_heap) hugepage_slab_hollow((void *)s->base, -(ptrdiff_t)bytes, NULL);
+  if (!s->listed && s->nfree) { /* taken from while at the list's head: back there */
+    slab_list(cp, s);
+    cp->partial = s;
   }
 }
 
 /* Moves up to n - got objects of s to out[got...]: returned ones first (lowest address
    first), or never-used ones first when fresh; returns the new count. */
-static unsigned slab_take(cache_t *cp, slab_t *s, void **out, unsigned got, unsigned n,
-                          bool fresh) {
+static unsigned slab_take(cache_t *cp, slab_t *s, void **out, unsigned got, unsigned n, bool fresh,
+                          slab_wake_t *wake) {
   unsigned from = got;
   for (int pass = 0; pass < 2; pass++, fresh = !fresh)
     if (fresh)
@@ -271,15 +389,21 @@ static unsigned slab_take(cache_t *cp, slab_t *s, void **out, unsigned got, unsi
         s->nfree--;
         out[got++] = (void *)(s->base + (uintptr_t)k * cp->size);
       }
-  if (s->hollow)
-    for (unsigned i = from; i < got; i++)
-      slab_unhollow(cp, s, (uintptr_t)out[i]);
+  if (s->hollow && !slab_wake_hold(cp, s, out, from, got, wake)) {
+    slab_wake_mark(cp, wake, &cp->slab_lock);
+    slab_wake_settle(cp, wake);
+    wake->s = NULL;
+    wake->chunks = 0;
+  }
   return got;
 }
 
 unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
   unsigned got = 0;
   slab_t *spare = NULL; /* made here while others listed slabs: taken from last, if at all */
+  slab_wake_t wake;
+  wake.s = NULL;
+  wake.chunks = 0;
   lock_acquire(&cp->slab_lock);
   while (got < n) {
     slab_t *s = cp->partial;
@@ -303,8 +427,9 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
       cp->slabs++;
       slab_list(cp, s);
     }
+    if (wake.s && wake.s != s && s->hollow) break; /* one slab's chunks woken a refill */
     unsigned before = got;
-    got = slab_take(cp, s, out, got, n, run && cp->per_slab - s->carved >= n - got);
+    got = slab_take(cp, s, out, got, n, run && cp->per_slab - s->carved >= n - got, &wake);
     s->used += got - before;
     cp->slab_objects_out += got - before; /* counted before the lock may be let go */
     if (!s->nfree && s->carved == cp->per_slab) slab_unlist(cp, s);
@@ -314,6 +439,13 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
     pagemap_set(spare->base, cp->span, 0);
     spare->next = NULL;
     slab_release(cp, spare);
+  }
+  if (wake.s) {
+    INJECT(INJECT_UNLOCKED);
+    slab_wake_mark(cp, &wake, NULL);
+    lock_acquire(&cp->slab_lock);
+    slab_wake_settle(cp, &wake);
+    lock_release(&cp->slab_lock);
   }
   if (san_poisons()) /* a sanitized program's objects are poisoned while here (san_hooks.h) */
     for (unsigned i = 0; i < got; i++)
@@ -337,14 +469,6 @@ void slab_free(cache_t *cp, void **objs, unsigned n) {
   slab_return(cp, objs, n);
 }
 
-/* The bits of objects first..last in word w of a bitmap. */
-static uint64_t slab_word_mask(uint32_t w, uint32_t first, uint32_t last) {
-  uint64_t mask = ~(uint64_t)0;
-  if (w == first / 64) mask &= ~(uint64_t)0 << first % 64;
-  if (w == last / 64) mask &= ~(uint64_t)0 >> (63 - last % 64);
-  return mask;
-}
-
 /* Whether objects first..last of s are all free. */
 static bool slab_all_free(const slab_t *s, uint32_t first, uint32_t last) {
   for (uint32_t w = first / 64; w <= last / 64; w++) {
@@ -356,10 +480,10 @@ static bool slab_all_free(const slab_t *s, uint32_t first, uint32_t last) {
 
 /* Whether chunk i of s starts in its carved part and every carved object on it is free. */
 static bool slab_chunk_free(const cache_t *cp, const slab_t *s, size_t chunk, uint32_t i) {
-  size_t lo = (size_t)i * chunk;
-  if (lo >= (size_t)s->carved * cp->size) return false;
-  uint32_t last = (uint32_t)((lo + chunk - 1) / cp->size);
-  return slab_all_free(s, (uint32_t)(lo / cp->size), last < s->carved ? last : s->carved - 1);
+  if ((size_t)i * chunk >= (size_t)s->carved * cp->size) return false;
+  uint32_t first, last;
+  slab_chunk_objects(cp, s, i, &first, &last);
+  return slab_all_free(s, first, last);
 }
 
 /* Moves the free objects on chunks `chunks` of s out of its bitmap, as if handed out (hold), or
@@ -451,13 +575,8 @@ static void slab_give_purge(const cache_t *cp, const slab_give_t *give, unsigned
   os_purge_list_t list = {.batch = opt.purge_batch};
   for (unsigned k = 0; k < n; k++) {
     hugepage_split(&give[k].split);
-    for (uint32_t i = 0, j; i < 64; i = j + 1) {
-      j = i;
-      while (j < 64 && give[k].chunks >> j & 1)
-        j++;
-      if (j > i)
-        os_purge_list_add(&list, (void *)(give[k].s->base + (uintptr_t)i * chunk), (j - i) * chunk);
-    }
+    for (uint32_t i = 0, j; slab_chunk_run(give[k].chunks, &i, &j); i = j)
+      os_purge_list_add(&list, (void *)(give[k].s->base + (uintptr_t)i * chunk), (j - i) * chunk);
   }
   os_purge_list_run(&list);
 }

@@ -19,7 +19,7 @@ struct slab {
   bool listed;     /* on cache->partial */
   bool from_heap;  /* its span came from the heap arena, not the slab arena (slab.c theory 1) */
   bool returned;   /* objects came back since slab_give_back last looked (slab.c theory 6) */
-  uint16_t giving; /* give-backs holding its free objects on hollow chunks (slab.c theory 6) */
+  uint16_t giving; /* give-backs and refills holding its free objects on hollow chunks (theory 6) */
   uint64_t hollow; /* bit i set: chunk i's pages went back to the kernel (slab.c theory 6) */
   uint64_t map[];  /* bit i set: object i (< carved) came back and is free */
 };

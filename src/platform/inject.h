@@ -22,7 +22,8 @@ typedef enum inject_point {
   INJECT_DEPOT,         /* inside a depot's exchange, its lock held */
   INJECT_CPU_TRADE,     /* a per-CPU fast path is about to trade its CPU's pair */
   INJECT_GIVE_BACK,     /* an arena or a slab layer let go of its lock to give pages back */
-  INJECT_UNLOCKED,      /* a slow step let go of its lock: a slab or a metadata chunk to make */
+  INJECT_UNLOCKED,      /* a slow step let go of its lock: a slab or a metadata chunk to make,
+                           or a slab's hollow chunks to take back */
   INJECT_POINTS
 } inject_point_t;
 

@@ -291,6 +291,43 @@ void __wrap_os_purge_list_run(os_purge_list_t *list) {
   __real_os_purge_list_run(list);
 }
 
+/* The cache whose refills os_populate watches as they take hollow chunks back into use: the
+   calls it saw, those that ran with the slab lock held, and whether one is in progress. */
+static cache_t *wake_watched;
+static int wakes, wakes_locked, wake_depth;
+
+static void slab_free_woken(void *obj) {
+  slab_free(wake_watched, &obj, 1);
+}
+
+int __real_os_populate(void *p, size_t size);
+/* At the watched cache's first wake: an object taken meanwhile lies elsewhere (its own refill
+   wakes another chunk, maybe sharing an object with these), and freeing an object held there
+   (in a child) is a double free. */
+int __wrap_os_populate(void *p, size_t size) {
+  cache_t *cp = wake_watched;
+  if (cp && !wake_depth++ && ++wakes && !lock_try(&cp->slab_lock)) {
+    wakes_locked++;
+  } else if (cp && wake_depth == 1) {
+    lock_release(&cp->slab_lock);
+    if (wakes == 1) {
+      void *q;
+      UCHECK(slab_alloc(cp, &q, 1, false) == 1);
+      UCHECK((uintptr_t)q + cp->size <= (uintptr_t)p || (uintptr_t)q >= (uintptr_t)p + size);
+      slab_free(cp, &q, 1);
+      slab_t *s = (slab_t *)(pagemap_get((uintptr_t)p) & ~PM_TAG_MASK);
+      /* the last object starting there: the refill took the first free one */
+      void *held = (void *)(s->base + ((uintptr_t)p + size - 1 - s->base) / cp->size * cp->size);
+      char report[4096];
+      int status = unit_in_child_how(slab_free_woken, held, report, sizeof report, true);
+      UCHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+      UCHECK(strstr(report, "double free") != NULL);
+    }
+  }
+  wake_depth--;
+  return __real_os_populate(p, size);
+}
+
 /* A slab carved to the middle of its second page, all but its first object free: the second
    page goes back, and no object is carved on it meanwhile (the wrapper above takes one). */
 static void give_back_carving(void) {
@@ -353,12 +390,15 @@ static void give_back_one(cache_t *cp) {
   UCHECK(zero_words * 2 >= words);
   for (unsigned i = 0; i < N; i += 256)
     UCHECK(((unsigned char *)o[i])[cp->size - 1] == 0x5a); /* survivors untouched */
-  got = 0;
+  wakes = wakes_locked = 0;
+  wake_watched = cp->size * 2 <= OS_PAGE ? cp : NULL; /* two objects a chunk at least */
   for (unsigned i = 0; i < N; i++)
     if (i % 256) {
       UCHECK(slab_alloc(cp, &o[i], 1, false) == 1);
       memset(o[i], 0x33, cp->size);
     }
+  UCHECK(!wake_watched || (wakes > 0 && wakes_locked == 0));
+  wake_watched = NULL;
   UCHECK(slab_hollow_bytes == before); /* every hollow chunk is back in use */
   slab_check(cp);
   vmem_check(&slab_arena);
@@ -677,10 +717,10 @@ int main(int argc, char **argv) {
   magpie_trim();
   UCHECK(unit_total_slabs() == 0);
 
-  /* 13. pages given back inside slabs, for a class on 4 KiB chunks (the slab arena) and one of
+  /* 13. pages given back inside slabs, for classes on 4 KiB chunks (the slab arena) and one of
      spans over 256 KiB (the heap arena, chunks of span/64) */
-  static const size_t hollow_sizes[] = {64, 40000};
-  for (size_t k = 0; k < 2; k++)
+  static const size_t hollow_sizes[] = {64, 96, 40000}; /* 96: objects across two chunks */
+  for (size_t k = 0; k < 3; k++)
     give_back_one(&malloc_caches[sc_of(hollow_sizes[k])]);
   give_back_carving();
 
