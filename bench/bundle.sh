@@ -1,9 +1,9 @@
 #!/bin/sh
 # Builds the device bundle: a self-contained folder that runs the many-core matrix
 # (bench/scaling.py's workloads) on a machine with no package manager and maybe no python3.
-# It holds the benchmark programs and bench_rusage (and bench_large, whose shrink-wait and
-# trim-wait rows are run by hand there: bench/README.md), libmagpie.so and the peers' libraries
-# (jemalloc, tcmalloc, mimalloc 2.0 from Debian; mimalloc 3 from build/peers, see
+# It holds the benchmark programs and bench_rusage (and bench_large, whose shrink-wait,
+# trim-wait and wake-t2 rows are run by hand there: bench/README.md), libmagpie.so and the
+# peers' libraries (jemalloc, tcmalloc, mimalloc 2.0 from Debian; mimalloc 3 from build/peers, see
 # scripts/peer-mimalloc3.sh), Debian's ld-linux-x86-64.so.2 and, in lib/, every shared library
 # they load (libc, libm, libstdc++, libgcc_s, ...), so every program runs as
 #   bundle/ld-linux-x86-64.so.2 --library-path bundle/lib [--preload bundle/libX.so] bundle/prog

@@ -2,7 +2,7 @@
  * large: big blocks: realloc growth, large-block churn, and calloc of large zeroed blocks; and
  * the waits of threads while another gives a big heap back.
  *
- * Five modes (-m), each a separate row in the runner's table:
+ * Six modes (-m), each a separate row in the runner's table:
  *   realloc  each thread builds, per round, a string of -n MiB by appending chunks of 1..4096
  *            bytes with realloc to the exact new length (naive C string building), and a vector
  *            of -n MiB whose capacity grows by half each time (std::vector-like), with a small
@@ -29,8 +29,14 @@
  *            size, timing each malloc, then free them: every batch goes past their caches to
  *            the blocks' slabs, where an allocator that gives those pages back under the lock
  *            the slabs need stalls them.
+ *   wake     every thread builds its share of a heap of -n MiB of TRIM_BLOCK blocks, writes them
+ *            and frees all but one in TRIM_KEEP; thread 0 calls malloc_trim(0); then all of
+ *            them allocate and write the freed blocks again at once, -i times. Reported: the
+ *            time of those rebuilds (rebuild_s). The trim gave back the pages inside slabs; an
+ *            allocator that takes them back into use under a lock its refills need (each page
+ *            faults in there) makes the threads rebuild one at a time.
  *
- *   large -m realloc|churn|calloc|shrink|trim [-t threads] [-i rounds/ops] [-n MiB] [-s seed]
+ *   large -m realloc|churn|calloc|shrink|trim|wake [-t threads] [-i rounds/ops] [-n MiB] [-s seed]
  */
 #include "bench.h"
 
@@ -56,14 +62,15 @@
 static const char usage[] =
     "large: realloc growth to many MiB, 64 KiB..64 MiB block churn, large calloc, waits while\n"
     "  another thread shrinks its heap (of big blocks, of small ones mostly freed)\n"
-    "  -m realloc|churn|calloc|shrink|trim (default realloc)   -t threads (default 2)\n"
+    "  -m realloc|churn|calloc|shrink|trim|wake (default realloc)   -t threads (default 2)\n"
     "  -i realloc: rounds per thread (default 2); churn, calloc: total blocks (default 400);\n"
-    "     shrink, trim: heaps built and freed (default 3)\n"
-    "  -n realloc: MiB per string and vector (default 8); shrink, trim: MiB of the heap\n"
+    "     shrink, trim, wake: heaps built and freed (default 3)\n"
+    "  -n realloc: MiB per string and vector (default 8); shrink, trim, wake: MiB of the heap\n"
     "  -s seed\n";
 
 typedef struct {
   int mode;
+  bool lead; /* wake: thread 0, which trims and times */
   long count;
   size_t target;
   uint64_t seed;
@@ -71,7 +78,7 @@ typedef struct {
   char pad[BENCH_LINE];
 } job_t;
 
-enum { M_REALLOC, M_CHURN, M_CALLOC, M_SHRINK, M_TRIM };
+enum { M_REALLOC, M_CHURN, M_CALLOC, M_SHRINK, M_TRIM, M_WAKE };
 
 /* shrink, trim: the waiting threads run until the shrinking one is done; their waits, binned. */
 static volatile int shrink_done;
@@ -244,6 +251,42 @@ static void do_trim(job_t *j) {
   __atomic_store_n(&shrink_done, 1, __ATOMIC_RELEASE);
 }
 
+/* wake: all threads meet here between the phases of a round; thread 0 times the rebuilds. */
+static pthread_barrier_t wake_all;
+static double wake_secs;
+
+/* wake, every thread: builds its share of the heap, frees all but one in TRIM_KEEP, waits for
+   thread 0's trim, builds the freed blocks again, then frees them all, j->count times. */
+static void do_wake(job_t *j) {
+  size_t n = j->target / TRIM_BLOCK;
+  unsigned char **blocks = bench_xmalloc(n * sizeof(*blocks));
+  for (long k = 0; k < j->count; k++) {
+    for (size_t i = 0; i < n; i++) {
+      blocks[i] = bench_xmalloc(TRIM_BLOCK);
+      bench_fill(blocks[i], TRIM_BLOCK, (uint64_t)i);
+    }
+    for (size_t i = 0; i < n; i++)
+      if (i % TRIM_KEEP) free(blocks[i]);
+    pthread_barrier_wait(&wake_all);
+    if (j->lead) malloc_trim(0);
+    pthread_barrier_wait(&wake_all);
+    double t0 = bench_now();
+    for (size_t i = 0; i < n; i++)
+      if (i % TRIM_KEEP) {
+        blocks[i] = bench_xmalloc(TRIM_BLOCK);
+        bench_fill(blocks[i], TRIM_BLOCK, (uint64_t)i);
+      }
+    pthread_barrier_wait(&wake_all);
+    if (j->lead) wake_secs += bench_now() - t0;
+    for (size_t i = 0; i < n; i++) {
+      bench_check(blocks[i], TRIM_BLOCK, (uint64_t)i, "large wake");
+      free(blocks[i]);
+    }
+    j->bytes += (double)n * TRIM_BLOCK;
+  }
+  free(blocks);
+}
+
 /* Counts one wait of d seconds. */
 static inline void wait_count(uint64_t *bins, double d, double *worst) {
   size_t bin = (size_t)(d * 1e5);
@@ -303,6 +346,8 @@ static void *worker(void *arg) {
     do_churn(j, &r);
   else if (j->mode == M_CALLOC)
     do_calloc(j, &r);
+  else if (j->mode == M_WAKE)
+    do_wake(j);
   else if (j->count)
     (j->mode == M_SHRINK ? do_shrink : do_trim)(j);
   else
@@ -324,11 +369,13 @@ int main(int argc, char **argv) {
     mode = M_SHRINK;
   else if (strcmp(a.mode, "trim") == 0)
     mode = M_TRIM;
+  else if (strcmp(a.mode, "wake") == 0)
+    mode = M_WAKE;
   else
-    bench_die("unknown mode %s (realloc, churn, calloc, shrink or trim)", a.mode);
+    bench_die("unknown mode %s (realloc, churn, calloc, shrink, trim or wake)", a.mode);
   bool waits = mode == M_SHRINK || mode == M_TRIM;
   if (a.iters == 0) /* -i 0: the mode's default */
-    a.iters = mode == M_REALLOC ? 2 : waits ? 3 : 400;
+    a.iters = mode == M_REALLOC ? 2 : waits || mode == M_WAKE ? 3 : 400;
   if (a.n < 1) bench_die("-n must be >= 1");
   if (waits && a.threads < 2) bench_die("-m %s needs -t 2 or more", a.mode);
 
@@ -341,12 +388,15 @@ int main(int argc, char **argv) {
   job_t *jobs = calloc((size_t)t, sizeof(*jobs));
   pthread_t *tids = calloc((size_t)t, sizeof(pthread_t));
   if (jobs == NULL || tids == NULL) bench_die("out of memory");
+  if (mode == M_WAKE && pthread_barrier_init(&wake_all, NULL, (unsigned)t) != 0)
+    bench_die("pthread_barrier_init failed");
   for (int i = 0; i < t; i++) {
     jobs[i].mode = mode;
-    jobs[i].count = mode == M_REALLOC   ? a.iters
-                    : waits            ? (i == 0 ? a.iters : 0)
-                                       : a.iters / t + (i < a.iters % t);
-    jobs[i].target = (size_t)a.n * 1024 * 1024;
+    jobs[i].lead = i == 0;
+    jobs[i].count = mode == M_REALLOC || mode == M_WAKE ? a.iters
+                    : waits                             ? (i == 0 ? a.iters : 0)
+                                                        : a.iters / t + (i < a.iters % t);
+    jobs[i].target = (size_t)a.n * 1024 * 1024 / (mode == M_WAKE ? (size_t)t : 1);
     jobs[i].seed = a.seed * 1000003u + (uint64_t)i;
   }
   double t0 = bench_now();
@@ -361,6 +411,7 @@ int main(int argc, char **argv) {
   if (waits)
     printf(" wait_max_ms=%.2f wait_p99_ms=%.2f wait_pairs=%llu", wait_max * 1e3, wait_p99_ms(),
            (unsigned long long)wait_pairs);
+  if (mode == M_WAKE) printf(" rebuild_s=%.4f", wake_secs);
   printf("\n");
   free(jobs);
   free(tids);

@@ -194,6 +194,11 @@ def plan(mode, threads=None):
                       ["-m", "trim", "-t", "2", "-i", "3", "-n", "256" if quick else "512"],
                       metric=[("wait_max_ms", "longest malloc wait, ms", "lower"),
                               ("wait_p99_ms", "99th-percentile wait, ms", "lower")]))
+    w.append(Workload("wake-t2", "large",
+                      "2 threads build again at once a %s MiB heap of 64-byte blocks that a "
+                      "trim gave back, 1 in 256 kept" % ("256" if quick else "512"),
+                      ["-m", "wake", "-t", "2", "-i", "3", "-n", "256" if quick else "512"],
+                      metric=("rebuild_s", "time of the rebuilds after the trims, s", "lower")))
     w.append(Workload("objcache", "objcache", "magpie_cache_* with a constructor vs malloc+init",
                       ["-t", "2", "-i", "1000000" if quick else "4000000"], kind="objcache",
                       metric=("speedup", "malloc+init / cache", "higher"), only=[SUBJECT]))
