@@ -271,8 +271,8 @@ static bool slab_edge_ours(const cache_t *cp, const slab_t *s, uint32_t i, uint3
   if (slab_object_chunks(cp, k) == (uint64_t)1 << i || s->map[k / 64] >> k % 64 & 1 ||
       wake->kept[k / 64] >> k % 64 & 1)
     return true;
-  for (unsigned j = 0; j < n; j++)
-    if (slab_index(cp, s, out[j]) == k) return true;
+  for (unsigned j = 0; j < n; j++) /* out may hold other slabs' objects too */
+    if (out[j] == (void *)(s->base + (uintptr_t)k * cp->size)) return true;
   return false;
 }
 
