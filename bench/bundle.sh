@@ -9,8 +9,9 @@
 #   bundle/ld-linux-x86-64.so.2 --library-path bundle/lib [--preload bundle/libX.so] bundle/prog
 # with nothing of the host's but its kernel. Also: plan.txt (the cells: name|threads|program|
 # arguments, from scaling.py --emit-plan), allocators.txt (name|library|version), run.sh (the
-# runner, bench/bundle-run.sh: POSIX sh, no python) and helpers.sh (bench/bundle-helpers.sh,
-# which it and profile.sh source); where the host has perf and objdump, they too with profile.sh
+# runner, bench/bundle-run.sh: POSIX sh, no python), session.sh (bench/bundle-session.sh: what
+# a device call runs, in one command) and helpers.sh (bench/bundle-helpers.sh, which they and
+# profile.sh source); where the host has perf and objdump, they too with profile.sh
 # (bench/bundle-profile.sh: sampled profiles of chosen cells). bench/README.md says how to run it.
 #
 #   bench/bundle.sh [-t THREADS] [-w WORK] [-b BUILD] [-B REV] [-n] [-P] [DEST]
@@ -121,5 +122,7 @@ python3 "$root/bench/scaling.py" --emit-plan "$dest/plan.txt" --threads "$thread
 cp "$root/bench/bundle-run.sh" "$dest/run.sh"
 chmod +x "$dest/run.sh"
 cp "$root/bench/bundle-helpers.sh" "$dest/helpers.sh"
+cp "$root/bench/bundle-session.sh" "$dest/session.sh"
+chmod +x "$dest/session.sh"
 echo "bundle: $dest ($(du -sh "$dest" | cut -f1); $(wc -l < "$dest/plan.txt") cells," \
   "$(wc -l < "$dest/allocators.txt") allocators)"

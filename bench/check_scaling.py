@@ -8,8 +8,9 @@
                                  runner with a PATH that holds only sh, mkdir, rm, cat, cp, tar
                                  and gzip (no python3), one variant of magpie's options and
                                  PACK=1, summarises the .tgz with scaling.py --from-bundle and
-                                 checks; then runs its profiler (profile.sh, perf) on larson at 2
-                                 threads under magpie
+                                 checks; then its session.sh, small (one .tgz with the
+                                 counters, the packed runs and bench_large's rows), and its
+                                 profiler (profile.sh, perf) on larson at 2 threads under magpie
 
 The checks: the allocators' preloads were verified (magpie's exit report counted allocations);
 the CSV has one line per run, each with status 0 and a RESULT line; every cell has a positive
@@ -26,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import xml.etree.ElementTree as ET
 
@@ -148,7 +150,35 @@ def bundle_mode(build, tmp):
                      ALLOCS + ["magpie[%s]" % variant])
     if not os.path.exists(report):
         failures.append("the variant's options did not reach magpie: no %s" % report)
+    failures += session_check(dest, tools, os.path.join(tmp, "session"))
     return failures + profile_check(dest, tools, os.path.join(tmp, "profile"))
+
+
+def session_check(dest, tools, out):
+    """The bundle's session.sh, with the same PATH, small: one .tgz holding the counters, the
+    matrix's and producer/consumer's packed runs, and a RESULT line of each large row."""
+    env = {"PATH": tools, "SESSION_S": "120", "WORKLOADS": "larson", "REPS": "1",
+           "ALLOCATORS": "glibc magpie", "LARGE_REPS": "1", "LARGE_THREADS": "2",
+           "LARGE_MIB": "8"}
+    p = subprocess.run(["sh", os.path.join(dest, "session.sh"), out], env=env,
+                       capture_output=True, text=True)
+    print(p.stdout + p.stderr)
+    if p.returncode != 0:
+        return ["the bundle's session.sh exited with status %d" % p.returncode]
+    if os.path.exists(out) or not os.path.exists(out + ".tgz"):
+        return ["session.sh left %s and made no %s.tgz" % (out, out)]
+    with tarfile.open(out + ".tgz") as tar:
+        names = set(tar.getnames())
+        large = tar.extractfile("session/large.txt").read().decode() \
+            if "session/large.txt" in names else ""
+    failures = ["session.tgz has no %s" % n for n in
+                ("session/counters.txt", "session/matrix.tgz", "session/prodcons.tgz")
+                if n not in names]
+    rows = [l for l in large.splitlines() if " magpie " in l and "RESULT large" in l]
+    if len(rows) != 3:  # wake, trim with purge_batch=0 and =64
+        failures.append("large.txt has %d rows of magpie's with a RESULT, not 3:\n%s"
+                        % (len(rows), large))
+    return failures
 
 
 def profile_check(dest, tools, out):
