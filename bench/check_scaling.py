@@ -154,17 +154,24 @@ def bundle_mode(build, tmp):
     return failures + profile_check(dest, tools, os.path.join(tmp, "profile"))
 
 
+def run_script(dest, script, out, env):
+    """Runs the bundle's script on out with only env; a failure's text, or None."""
+    p = subprocess.run(["sh", os.path.join(dest, script), out], env=env, capture_output=True,
+                       text=True)
+    print(p.stdout + p.stderr)
+    return None if p.returncode == 0 else \
+        "the bundle's %s exited with status %d" % (script, p.returncode)
+
+
 def session_check(dest, tools, out):
     """The bundle's session.sh, with the same PATH, small: one .tgz holding the counters, the
     matrix's and producer/consumer's packed runs, and a RESULT line of each large row."""
-    env = {"PATH": tools, "SESSION_S": "120", "WORKLOADS": "larson", "REPS": "1",
-           "ALLOCATORS": "glibc magpie", "LARGE_REPS": "1", "LARGE_THREADS": "2",
-           "LARGE_MIB": "8"}
-    p = subprocess.run(["sh", os.path.join(dest, "session.sh"), out], env=env,
-                       capture_output=True, text=True)
-    print(p.stdout + p.stderr)
-    if p.returncode != 0:
-        return ["the bundle's session.sh exited with status %d" % p.returncode]
+    failed = run_script(dest, "session.sh", out,
+                        {"PATH": tools, "SESSION_S": "120", "WORKLOADS": "larson", "REPS": "1",
+                         "ALLOCATORS": "glibc magpie", "LARGE_REPS": "1", "LARGE_THREADS": "2",
+                         "LARGE_MIB": "8"})
+    if failed:
+        return [failed]
     if os.path.exists(out) or not os.path.exists(out + ".tgz"):
         return ["session.sh left %s and made no %s.tgz" % (out, out)]
     with tarfile.open(out + ".tgz") as tar:
@@ -186,13 +193,11 @@ def profile_check(dest, tools, out):
     report has the RESULT line, magpie's malloc in the flat profile and malloc's annotation."""
     if not os.path.exists(os.path.join(dest, "profile.sh")):
         return ["the bundle has no profile.sh (no perf here: scripts/deps.sh test installs it)"]
-    env = {"PATH": tools, "CELLS": "larson:2", "ALLOCATORS": "magpie", "SCALE": "50",
-           "FREQ": "10000"}
-    p = subprocess.run(["sh", os.path.join(dest, "profile.sh"), out], env=env,
-                       capture_output=True, text=True)
-    print(p.stdout + p.stderr)
-    if p.returncode != 0:
-        return ["the bundle's profile.sh exited with status %d" % p.returncode]
+    failed = run_script(dest, "profile.sh", out,
+                        {"PATH": tools, "CELLS": "larson:2", "ALLOCATORS": "magpie",
+                         "SCALE": "50", "FREQ": "10000"})
+    if failed:
+        return [failed]
     path = os.path.join(out, "larson-t2-magpie.txt")
     if not os.path.exists(path):
         return ["profile.sh wrote no %s" % path]

@@ -228,18 +228,23 @@ static void do_shrink(job_t *j) {
   __atomic_store_n(&shrink_done, 1, __ATOMIC_RELEASE);
 }
 
+/* trim, wake: allocates and writes n TRIM_BLOCK blocks, then frees all but one in TRIM_KEEP. */
+static void trim_heap_build(unsigned char **blocks, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    blocks[i] = bench_xmalloc(TRIM_BLOCK);
+    bench_fill(blocks[i], TRIM_BLOCK, (uint64_t)i);
+  }
+  for (size_t i = 0; i < n; i++)
+    if (i % TRIM_KEEP) free(blocks[i]);
+}
+
 /* trim, thread 0: builds a heap of small blocks, writes them, frees all but one in TRIM_KEEP,
    trims and frees the rest, j->count times. */
 static void do_trim(job_t *j) {
   size_t n = j->target / TRIM_BLOCK;
   unsigned char **blocks = bench_xmalloc(n * sizeof(*blocks));
   for (long k = 0; k < j->count; k++) {
-    for (size_t i = 0; i < n; i++) {
-      blocks[i] = bench_xmalloc(TRIM_BLOCK);
-      bench_fill(blocks[i], TRIM_BLOCK, (uint64_t)i);
-    }
-    for (size_t i = 0; i < n; i++)
-      if (i % TRIM_KEEP) free(blocks[i]);
+    trim_heap_build(blocks, n);
     malloc_trim(0);
     for (size_t i = 0; i < n; i += TRIM_KEEP) {
       bench_check(blocks[i], TRIM_BLOCK, (uint64_t)i, "large trim");
@@ -261,12 +266,7 @@ static void do_wake(job_t *j) {
   size_t n = j->target / TRIM_BLOCK;
   unsigned char **blocks = bench_xmalloc(n * sizeof(*blocks));
   for (long k = 0; k < j->count; k++) {
-    for (size_t i = 0; i < n; i++) {
-      blocks[i] = bench_xmalloc(TRIM_BLOCK);
-      bench_fill(blocks[i], TRIM_BLOCK, (uint64_t)i);
-    }
-    for (size_t i = 0; i < n; i++)
-      if (i % TRIM_KEEP) free(blocks[i]);
+    trim_heap_build(blocks, n);
     pthread_barrier_wait(&wake_all);
     if (j->lead) malloc_trim(0);
     pthread_barrier_wait(&wake_all);
