@@ -9,12 +9,13 @@
  *   3. A magazine holds at most cap rounds; the sentinel holds none and has no room; a depot's
  *      full list holds magazines with rounds, its empty list magazines without, as many as its
  *      counts say.
- *   4. A thread's own loaded magazine lies between its two end marks, its top at most cap
- *      rounds above the lower one (mag.c theory 8).
+ *   4. A loaded magazine, a CPU's or the calling thread's own, lies between its two end marks,
+ *      its top at most cap rounds above the lower one (mag.c theory 8).
  * What moves under locks is read with all of them held at once, so that nothing moves between
  * two reads: the caller's tcache lock, every CPU's, every depot's (front/fork.c's order). Other
  * threads trade their own pairs without a lock: invariant 2, which no trade can break, is
- * checked on them under their own locks, one at a time; 1, 3 and 4 on the caller's pairs only.
+ * checked on them under their own locks, one at a time; 1, 3 and 4 on the caller's pairs and
+ * the CPUs' (whose sequences move a loaded magazine's top, never its marks) only.
  */
 #include "depot.h"
 #include "mag_impl.h"
@@ -56,6 +57,13 @@ static void mag_check_pair(mag_seen_t *s, mag_pair_t *t) {
   }
 }
 
+/* The loaded magazine m, found from its lower end mark, has its upper one above its last
+   possible round and no more rounds than it can hold (n: as found from its top). */
+static void mag_check_marks(const mag_t *m, uint32_t n) {
+  if (m != &mag_empty && (n > m->cap || m->rounds[m->cap] != (void *)((uintptr_t)m | 1)))
+    report_fatal("magazine layer: a loaded magazine's end marks are broken", m, n);
+}
+
 /* Checks class c's own pair of thread tc as mag_check_pair does. The calling thread's (s set)
    also for its loaded magazine's end marks (mag.c theory 8): the magazine the lower one names
    has its upper one above its last possible round, and no more rounds than it can hold.
@@ -69,8 +77,7 @@ static void mag_check_own(mag_seen_t *s, tcache_t *tc, unsigned c) {
     return;
   }
   mag_t *m = mag_top_unload(top);
-  if (m != &mag_empty && (m->n > m->cap || m->rounds[m->cap] != (void *)((uintptr_t)m | 1)))
-    report_fatal("magazine layer: a loaded magazine's end marks are broken", m, m->n);
+  mag_check_marks(m, m->n);
   mag_pair_t t = {m, prev};
   mag_check_pair(s, &t);
 }
@@ -117,9 +124,12 @@ void mag_check(void) {
   mag_seen_t seen = {os_map(cap * sizeof(mag_t *)), cap - 1};
   if (!seen.slot) report_fatal("magazine layer: no memory to check it", NULL, cap);
   for (unsigned i = 0; i < ncpus; i++)
-    for (unsigned c = 1; c <= SC_COUNT; c++)
-      mag_check_pair(&seen, &(mag_pair_t){mag_top_find(mag_cpu(i)->mags[c].top, NULL),
-                                          mag_cpu(i)->mags[c].prev});
+    for (unsigned c = 1; c <= SC_COUNT; c++) {
+      uint32_t n = 0;
+      mag_t *m = mag_top_find(__atomic_load_n(&mag_cpu(i)->mags[c].top, __ATOMIC_RELAXED), &n);
+      mag_check_marks(m, n);
+      mag_check_pair(&seen, &(mag_pair_t){m, mag_cpu(i)->mags[c].prev});
+    }
   for (unsigned c = 1; c <= SC_COUNT && own; c++)
     mag_check_own(&seen, self, c);
   for (unsigned c = 1; c <= SC_COUNT; c++)

@@ -261,6 +261,14 @@ static void break_two_places(mag_cpu_pair_t *pair, cache_t *cp) {
   *pair = (mag_cpu_pair_t){mag_top_load(depot_mag_new(4)), m};
 }
 
+/* A CPU's loaded magazine whose upper end mark a stray write overwrote. */
+static void break_upper_mark(mag_cpu_pair_t *pair, cache_t *cp) {
+  (void)cp;
+  mag_t *m = depot_mag_new(4);
+  *pair = (mag_cpu_pair_t){mag_top_load(m), depot_mag_new(4)};
+  m->rounds[m->cap] = NULL;
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   /* per-CPU magazines for every thread but the first; no heap profiling, whose sampled blocks
@@ -355,6 +363,7 @@ int main(int argc, char **argv) {
   mag_check();
   check_catches(break_half_sentinel, "a pair has the sentinel loaded beside a magazine");
   check_catches(break_two_places, "a magazine is in two places");
+  check_catches(break_upper_mark, "a loaded magazine's end marks are broken");
   printf("percpu: ok (%d workers moved between CPUs, %d operations each)\n", WORKERS, OPS);
   return unit_exit();
 }
