@@ -58,6 +58,7 @@ void cache_setup(cache_t *cp, const char *name, size_t stride, uintptr_t tag) {
   cp->per_slab = (uint32_t)(cp->span / stride);
   cp->tag = tag;
   lock_init(&cp->slab_lock);
+  cp->waking = NULL;
   uint32_t start = clamp_rounds(MAG_BYTES_START / stride, 32, 64);
   start = clamp_rounds(MAG_BYTES_MAX / stride, 2, start);
   if (opt.mag_rounds) start = clamp_rounds(opt.mag_rounds, 1, MAG_CAP_MAX);

@@ -59,10 +59,11 @@ typedef struct cache {
   /* slab layer, on a line of its own, so that its lock's traffic leaves the lines above alone;
      the lock protects the fields below and every slab's free list */
   lock_t slab_lock __attribute__((aligned(OS_LINE)));
-  slab_t *partial;         /* slabs with free or never-used objects, first served first */
-  size_t slabs;            /* slabs held */
-  size_t slab_objects_out; /* objects handed to the magazine layer and not returned */
-  unsigned giving_back;    /* slabs whose pages slab_give_back purges without the lock */
+  slab_t *partial;          /* slabs with free or never-used objects, first served first */
+  size_t slabs;             /* slabs held */
+  size_t slab_objects_out;  /* objects handed to the magazine layer and not returned */
+  unsigned giving_back;     /* slabs whose hollow chunks give-backs and refills work on unlocked */
+  struct slab_wake *waking; /* those refills, listed (slab.c theory 6) */
   /* depot, from a line of its own; the miss count beside it, since nearly every miss goes on
      to the depot's lock and fields (one line transfer on many cores, not two) */
   depot_t depot __attribute__((aligned(OS_LINE)));

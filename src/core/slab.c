@@ -58,11 +58,16 @@
  *      Taking hollow chunks back into use runs without the lock too (their pages fault in, one
  *      after another, and every thread that misses in the class would wait): a refill that
  *      took objects on them holds the chunks' other free objects the same way, checks and
- *      marks the chunks unlocked, and puts the objects back. It keeps the bits it cleared,
- *      since an object that lies on two chunks may be held already by a give-back or a refill
- *      of the neighbour. A refill wakes chunks of one slab: it stops before a second slab
- *      with hollow chunks. The cache's `giving_back` counts the give-backs and refills in
- *      flight, so that fork's prepare can wait for none (lock_acquire_settled).
+ *      marks the chunks unlocked, and puts the objects back. It keeps the bits it cleared:
+ *      an object that lies on two chunks may be held already by a give-back or refill of the
+ *      neighbour, which may put it back, and another refill hand it out, while this refill is
+ *      at work; the check passes over such an object's words. Such refills are listed in the
+ *      cache (`waking`): no other refill wakes their chunks, and an object on a hollow chunk
+ *      whose bit is clear is a held one (freeing it is a double free) where a refill keeps its
+ *      bit, or where one of its hollow chunks is no refill's (a give-back's). A refill wakes
+ *      chunks of one slab: it stops before a second slab with hollow chunks. The cache's
+ *      `giving_back` counts the give-backs and refills at work, so that fork's prepare can
+ *      wait for none (lock_acquire_settled).
  *   Lock order: fork.c's list (slab_lock, then the slab and heap arenas' locks, then metadata
  *   pools).
  */
@@ -195,13 +200,36 @@ static uint32_t slab_index(const cache_t *cp, const slab_t *s, const void *obj) 
   return (uint32_t)(((uintptr_t)obj - s->base) / cp->size);
 }
 
-/* The chunks (theory 6) that object k lies on, as a mask. An object on a hollow chunk has its
-   bit set (every object there is free), except while a give-back or a refill holds it (theory
-   6): freeing it then is a double free. */
+/* The chunks (theory 6) that object k lies on, as a mask. */
 static uint64_t slab_object_chunks(const cache_t *cp, uint32_t k) {
   size_t chunk = slab_chunk(cp), lo = (size_t)k * cp->size / chunk;
   size_t hi = ((size_t)k * cp->size + cp->size - 1) / chunk;
   return (~(uint64_t)0 >> (63 - hi)) & (~(uint64_t)0 << lo);
+}
+
+/* Hollow chunks of one slab that a refill takes back into use (theory 6): the free objects on
+   them held meanwhile, their bits kept here, as a give-back holds its chunks' objects. */
+typedef struct slab_wake {
+  slab_t *s; /* NULL: none */
+  uint64_t chunks;
+  uint32_t held;
+  uint32_t lo, hi;                      /* kept[lo..hi] hold every bit taken */
+  uint64_t kept[SLAB_OBJECTS_MAX / 64]; /* zero outside lo..hi */
+  uint64_t others_first, others_last;   /* bit i: chunk i's first (last) object lies on the
+                                           neighbour too, held by that one's give-back or refill */
+  struct slab_wake *next;               /* on the cache's waking list while at work */
+} slab_wake_t;
+
+/* Whether object k of s, whose bit is clear, is held by a give-back or a refill (slab lock
+   held; theory 6): a refill keeps its bit, or it lies on a hollow chunk that no refill wakes. */
+static bool slab_held(const cache_t *cp, const slab_t *s, uint32_t k) {
+  uint64_t under = s->giving ? s->hollow & slab_object_chunks(cp, k) : 0;
+  for (const slab_wake_t *w = cp->waking; w && under; w = w->next)
+    if (w->s == s) {
+      if (w->kept[k / 64] >> k % 64 & 1) return true;
+      under &= ~w->chunks;
+    }
+  return under != 0;
 }
 
 /* Returns unconstructed objects to their slabs. */
@@ -212,8 +240,7 @@ static void slab_return(cache_t *cp, void **objs, unsigned n) {
     slab_t *s = slab_of(cp, objs[i]);
     uint32_t k = s ? slab_index(cp, s, objs[i]) : 0;
     bool foreign = !s || k >= s->carved;
-    if (foreign || s->map[k / 64] >> k % 64 & 1 ||
-        (s->giving && s->hollow & slab_object_chunks(cp, k))) {
+    if (foreign || s->map[k / 64] >> k % 64 & 1 || slab_held(cp, s, k)) {
       lock_release(&cp->slab_lock);
       slab_release(cp, retired);
       uintptr_t tag = pagemap_get((uintptr_t)objs[i]) & PM_TAG_MASK;
@@ -244,66 +271,54 @@ static uint64_t slab_word_mask(uint32_t w, uint32_t first, uint32_t last) {
   return mask;
 }
 
-/* Hollow chunks of one slab that a refill takes back into use (theory 6): the free objects on
-   them held meanwhile, their bits kept here, as a give-back holds its chunks' objects. */
-typedef struct slab_wake {
-  slab_t *s; /* NULL: none */
-  uint64_t chunks;
-  uint32_t held;
-  uint32_t lo, hi;                      /* kept[lo..hi] hold every bit taken */
-  uint64_t kept[SLAB_OBJECTS_MAX / 64]; /* valid between lo and hi */
-} slab_wake_t;
-
-/* The carved objects first..last of s lying on chunk i, which starts in the carved part (slab
-   lock held). */
-static void slab_chunk_objects(const cache_t *cp, const slab_t *s, uint32_t i, uint32_t *first,
-                               uint32_t *last) {
+/* The objects first..last lying on chunk i of a slab. */
+static void slab_chunk_objects(const cache_t *cp, uint32_t i, uint32_t *first, uint32_t *last) {
   size_t chunk = slab_chunk(cp);
   *first = (uint32_t)(i * chunk / cp->size);
   *last = (uint32_t)(((i + 1) * chunk - 1) / cp->size);
-  if (*last >= s->carved) *last = s->carved - 1;
+  if (*last >= cp->per_slab) *last = cp->per_slab - 1;
 }
 
-/* Whether object k of s, on chunk i and maybe on a neighbour, is free, or held by wake, or one
-   of out[0..n): else a give-back or refill of that neighbour holds it (slab lock held). */
-static bool slab_edge_ours(const cache_t *cp, const slab_t *s, uint32_t i, uint32_t k,
-                           void *const *out, unsigned n, const slab_wake_t *wake) {
+/* Whether object k of s, on chunk i, also lies on a neighbour and is out of the bitmap, but
+   neither held by wake nor one of out[0..n): held by the neighbour's give-back or refill. */
+static bool slab_edge_others(const cache_t *cp, const slab_t *s, uint32_t i, uint32_t k,
+                             void *const *out, unsigned n, const slab_wake_t *wake) {
   if (slab_object_chunks(cp, k) == (uint64_t)1 << i || s->map[k / 64] >> k % 64 & 1 ||
       wake->kept[k / 64] >> k % 64 & 1)
-    return true;
+    return false;
   for (unsigned j = 0; j < n; j++) /* out may hold other slabs' objects too */
-    if (out[j] == (void *)(s->base + (uintptr_t)k * cp->size)) return true;
-  return false;
+    if (out[j] == (void *)(s->base + (uintptr_t)k * cp->size)) return false;
+  return true;
 }
 
 /* Holds into wake, whose slab is s or none, the free objects on the hollow chunks under
-   out[from..n), objects just taken from s after out[0..from) (slab lock held). Returns false
-   where an object across one of those chunks' edges is held by a give-back or refill of the
-   neighbour chunk, which may put it back into the bitmap before this refill is done: the
-   caller then wakes the chunks under the lock. */
-static bool slab_wake_hold(cache_t *cp, slab_t *s, void *const *out, unsigned from, unsigned n,
+   out[from..n), objects just taken from s after out[0..from), but for chunks that other
+   refills wake (slab lock held). */
+static void slab_wake_hold(cache_t *cp, slab_t *s, void *const *out, unsigned from, unsigned n,
                            slab_wake_t *wake) {
   uint64_t chunks = 0;
   for (unsigned i = from; i < n; i++)
     chunks |= slab_object_chunks(cp, slab_index(cp, s, out[i]));
   chunks &= s->hollow & ~wake->chunks;
-  if (!chunks) return true;
+  for (const slab_wake_t *w = cp->waking; w && chunks; w = w->next)
+    if (w->s == s) chunks &= ~w->chunks;
+  if (!chunks) return;
   if (!wake->s) {
-    *wake = (slab_wake_t){.s = s, .lo = UINT32_MAX};
+    *wake = (slab_wake_t){.s = s, .lo = UINT32_MAX, .next = cp->waking};
+    cp->waking = wake;
     s->giving++;
     cp->giving_back++;
   }
-  bool alone = true;
-  uint32_t first, last;
-  for (uint64_t c = chunks; c; c &= c - 1) {
-    uint32_t i = (uint32_t)__builtin_ctzll(c);
-    slab_chunk_objects(cp, s, i, &first, &last);
-    alone &= slab_edge_ours(cp, s, i, first, out, n, wake) &&
-             slab_edge_ours(cp, s, i, last, out, n, wake);
-  }
   wake->chunks |= chunks;
+  uint32_t first, last;
+  for (uint64_t c = chunks; c; c &= c - 1) { /* before any of them is held */
+    uint32_t i = (uint32_t)__builtin_ctzll(c);
+    slab_chunk_objects(cp, i, &first, &last); /* a hollow chunk lies in the carved part */
+    wake->others_first |= (uint64_t)slab_edge_others(cp, s, i, first, out, n, wake) << i;
+    wake->others_last |= (uint64_t)slab_edge_others(cp, s, i, last, out, n, wake) << i;
+  }
   for (; chunks; chunks &= chunks - 1) {
-    slab_chunk_objects(cp, s, (uint32_t)__builtin_ctzll(chunks), &first, &last);
+    slab_chunk_objects(cp, (uint32_t)__builtin_ctzll(chunks), &first, &last);
     for (uint32_t w = first / 64; w <= last / 64; w++) {
       uint64_t bits = s->map[w] & slab_word_mask(w, first, last);
       s->map[w] &= ~bits;
@@ -316,40 +331,42 @@ static bool slab_wake_hold(cache_t *cp, slab_t *s, void *const *out, unsigned fr
       if (w > wake->hi) wake->hi = w;
     }
   }
-  return alone;
 }
 
-/* Checks that the woken chunks still read as zero and gives the free objects starting on them
-   their markers (their pages fault in here: without the lock where the refill holds them
-   alone; held, the lock to let go of before a report). Where every page holds an object start,
-   and so is written soon, each run of chunks is mapped in one call first: reading a page given
-   back maps the zero page, and the first write then faults again. */
-static void slab_wake_mark(cache_t *cp, const slab_wake_t *wake, lock_t *held) {
+/* Checks that the woken chunks still read as zero, but for the objects at their edges that
+   others hold (which may be back in use meanwhile: theory 6), and gives the held objects
+   starting on them their markers (no lock held: their pages fault in here). Where every page
+   holds an object start, and so is written soon, each run of chunks is mapped in one call
+   first: reading a page given back maps the zero page, and the first write then faults
+   again. */
+static void slab_wake_mark(const cache_t *cp, const slab_wake_t *wake) {
   const slab_t *s = wake->s;
   size_t chunk = slab_chunk(cp), size = cp->size;
   for (uint32_t i = 0, j; size <= OS_PAGE && slab_chunk_run(wake->chunks, &i, &j); i = j)
     (void)os_populate((void *)(s->base + (uintptr_t)i * chunk), (j - i) * chunk);
   for (uint64_t under = wake->chunks; under; under &= under - 1) {
-    uintptr_t start = s->base + (uintptr_t)__builtin_ctzll(under) * chunk;
-    for (const uint64_t *w = (const uint64_t *)start; w < (const uint64_t *)(start + chunk); w++)
-      if (*w) {
-        if (held) lock_release(held);
+    uint32_t i = (uint32_t)__builtin_ctzll(under), first, last;
+    uintptr_t start = s->base + (uintptr_t)i * chunk, lo = start, hi = start + chunk;
+    slab_chunk_objects(cp, i, &first, &last);
+    if (wake->others_first >> i & 1) lo = s->base + (uintptr_t)(first + 1) * size;
+    if (wake->others_last >> i & 1) hi = s->base + (uintptr_t)last * size;
+    for (const uint64_t *w = (const uint64_t *)lo; w < (const uint64_t *)hi; w++)
+      if (*w)
         report_heap_error("write after free",
                           (void *)(s->base + ((uintptr_t)w - s->base) / size * size),
                           "a freed block was written after magpie gave its page back to the "
                           "kernel (a double free, or a use after free)");
-      }
-    uint32_t last = (uint32_t)((start - s->base + chunk - 1) / size); /* objects starting here */
     for (uint32_t k = (uint32_t)((start - s->base + size - 1) / size); k <= last; k++)
-      if (wake->kept[k / 64] >> k % 64 & 1) {
+      if (wake->kept[k / 64] >> k % 64 & 1) { /* the held objects starting here */
         uintptr_t a = s->base + k * size;
         *(uintptr_t *)a = a ^ mag_consts.secret; /* the free marker (mag.h) */
       }
   }
 }
 
-/* Puts the objects held in wake back and its chunks in use (slab lock held). */
-static void slab_wake_settle(cache_t *cp, const slab_wake_t *wake) {
+/* Puts the objects held in wake back, its chunks in use, and takes it off the list (slab lock
+   held). */
+static void slab_wake_settle(cache_t *cp, slab_wake_t *wake) {
   slab_t *s = wake->s;
   for (uint32_t w = wake->lo; w <= wake->hi; w++)
     s->map[w] |= wake->kept[w];
@@ -359,6 +376,10 @@ static void slab_wake_settle(cache_t *cp, const slab_wake_t *wake) {
   s->hollow &= ~wake->chunks;
   s->giving--;
   cp->giving_back--;
+  slab_wake_t **at = &cp->waking;
+  while (*at != wake)
+    at = &(*at)->next;
+  *at = wake->next;
   size_t bytes = (size_t)__builtin_popcountll(wake->chunks) * slab_chunk(cp);
   __atomic_sub_fetch(&slab_hollow_bytes, bytes, __ATOMIC_RELAXED);
   if (!s->from_heap) hugepage_slab_hollow((void *)s->base, -(ptrdiff_t)bytes, NULL);
@@ -389,12 +410,7 @@ static unsigned slab_take(cache_t *cp, slab_t *s, void **out, unsigned got, unsi
         s->nfree--;
         out[got++] = (void *)(s->base + (uintptr_t)k * cp->size);
       }
-  if (s->hollow && !slab_wake_hold(cp, s, out, from, got, wake)) {
-    slab_wake_mark(cp, wake, &cp->slab_lock);
-    slab_wake_settle(cp, wake);
-    wake->s = NULL;
-    wake->chunks = 0;
-  }
+  if (s->hollow) slab_wake_hold(cp, s, out, from, got, wake);
   return got;
 }
 
@@ -442,7 +458,7 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
   }
   if (wake.s) {
     INJECT(INJECT_UNLOCKED);
-    slab_wake_mark(cp, &wake, NULL);
+    slab_wake_mark(cp, &wake);
     lock_acquire(&cp->slab_lock);
     slab_wake_settle(cp, &wake);
     lock_release(&cp->slab_lock);
@@ -482,8 +498,8 @@ static bool slab_all_free(const slab_t *s, uint32_t first, uint32_t last) {
 static bool slab_chunk_free(const cache_t *cp, const slab_t *s, size_t chunk, uint32_t i) {
   if ((size_t)i * chunk >= (size_t)s->carved * cp->size) return false;
   uint32_t first, last;
-  slab_chunk_objects(cp, s, i, &first, &last);
-  return slab_all_free(s, first, last);
+  slab_chunk_objects(cp, i, &first, &last);
+  return slab_all_free(s, first, last < s->carved ? last : s->carved - 1);
 }
 
 /* Moves the free objects on chunks `chunks` of s out of its bitmap, as if handed out (hold), or
