@@ -8,7 +8,9 @@
 #      whose runs there take 20-100 times the others': bench/README.md);
 #   3. large.txt: bench_large's rows whose waits and rebuilds depend on the CPUs (wake, and trim
 #      with purge_batch=0 and 64, at LARGE_THREADS), magpie alternating with magbase where the
-#      bundle has it (bench/bundle.sh -B REV), LARGE_REPS times.
+#      bundle has it (bench/bundle.sh -B REV), LARGE_REPS times;
+#   4. profile.tgz, where PROFILE_CELLS is set and the bundle has perf: profile.sh on those
+#      cells (magpie, mimalloc3 and tcmalloc) in what time is left.
 # Then OUTDIR becomes OUTDIR.tgz (PACK=0: not). Nothing of the host but its kernel, a shell and
 # tar (as run.sh). Here, afterwards:
 #   tar xzf session.tgz; python3 bench/scaling.py --from-bundle session/matrix.tgz
@@ -23,6 +25,7 @@
 #   LARGE_REPS=3         rounds of the large rows
 #   LARGE_THREADS=16     their threads
 #   LARGE_MIB=256        their heap, MiB (-n; each run builds it 3 times, -i)
+#   PROFILE_CELLS=""     e.g. "threadchurn:16 larson:16": profile.sh's CELLS (step 4)
 set -u
 case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
 here=$(cd "$here" && pwd)
@@ -107,5 +110,15 @@ while [ $rep -le "$LARGE_REPS" ] && [ $(($(now) - start)) -lt "$SESSION_S" ]; do
   rep=$((rep + 1))
 done
 rm -f "$out/.large"
+
+# 4. Profiles, in what time is left.
+if [ -n "${PROFILE_CELLS:-}" ] && [ -e "$here/profile.sh" ]; then
+  profiled=""
+  for a in magpie mimalloc3 tcmalloc; do
+    case " $have " in *" $a "*) profiled="$profiled $a" ;; esac
+  done
+  CELLS=$PROFILE_CELLS ALLOCATORS="$profiled" BUDGET_S=$(share 100) PACK=1 \
+    sh "$here/profile.sh" "$out/profile" > "$out/profile.log" 2>&1
+fi
 echo "end_uptime_s=$(now)" >> "$out/counters.txt"
 [ "${PACK:-1}" = 0 ] || pack "$out"
