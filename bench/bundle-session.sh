@@ -46,10 +46,12 @@ start=$(now)
 # The allocators asked for that the bundle has.
 have=""
 while IFS='|' read -r name _; do have="$have $name"; done < "$here/allocators.txt"
-allocs=""
-for a in ${ALLOCATORS:-magpie magbase mimalloc3 jemalloc mimalloc tcmalloc}; do
-  case " $have " in *" $a "*) allocs="$allocs $a" ;; esac
-done
+bundled() { # names...: those the bundle has
+  for a in "$@"; do
+    case " $have " in *" $a "*) printf ' %s' "$a" ;; esac
+  done
+}
+allocs=$(bundled ${ALLOCATORS:-magpie magbase mimalloc3 jemalloc mimalloc tcmalloc})
 no_tc=""
 for a in $allocs; do [ "$a" = tcmalloc ] || no_tc="$no_tc $a"; done
 
@@ -113,11 +115,7 @@ rm -f "$out/.large"
 
 # 4. Profiles, in what time is left.
 if [ -n "${PROFILE_CELLS:-}" ] && [ -e "$here/profile.sh" ]; then
-  profiled=""
-  for a in magpie mimalloc3 tcmalloc; do
-    case " $have " in *" $a "*) profiled="$profiled $a" ;; esac
-  done
-  CELLS=$PROFILE_CELLS ALLOCATORS="$profiled" BUDGET_S=$(share 100) PACK=1 \
+  CELLS=$PROFILE_CELLS ALLOCATORS="$(bundled magpie mimalloc3 tcmalloc)" BUDGET_S=$(share 100) PACK=1 \
     sh "$here/profile.sh" "$out/profile" > "$out/profile.log" 2>&1
 fi
 echo "end_uptime_s=$(now)" >> "$out/counters.txt"

@@ -68,6 +68,12 @@ IDLE_METRICS = [("rss_over_live", "RSS/live", "lower"),
                 ("heap_over_live", "RSS/live, stacks excluded", "lower")]
 
 
+def wait_metrics(what):
+    """shrink-wait, trim-wait: the other threads' longest and 99th-percentile wait for `what`."""
+    return [("wait_max_ms", "longest %s wait, ms" % what, "lower"),
+            ("wait_p99_ms", "99th-percentile wait, ms", "lower")]
+
+
 # Each allocator's own transparent huge page option, turned on in the rows that measure huge pages
 # (tlb), since child_env() otherwise clears every allocator setting. Debian's jemalloc 5.3 and
 # mimalloc 2.0 leave THP to the kernel by default, which in its madvise mode means 4 KiB pages;
@@ -186,14 +192,12 @@ def plan(mode, threads=None):
                       "1 MiB malloc+free while another thread frees and trims a %s MiB heap"
                       % ("512" if quick else "1024"),
                       ["-m", "shrink", "-t", "2", "-i", "3", "-n", "512" if quick else "1024"],
-                      metric=[("wait_max_ms", "longest malloc+free wait, ms", "lower"),
-                              ("wait_p99_ms", "99th-percentile wait, ms", "lower")]))
+                      metric=wait_metrics("malloc+free")))
     w.append(Workload("trim-wait", "large",
                       "64-byte mallocs while another thread trims a %s MiB heap of 64-byte "
                       "blocks, 1 in 256 kept" % ("256" if quick else "512"),
                       ["-m", "trim", "-t", "2", "-i", "3", "-n", "256" if quick else "512"],
-                      metric=[("wait_max_ms", "longest malloc wait, ms", "lower"),
-                              ("wait_p99_ms", "99th-percentile wait, ms", "lower")]))
+                      metric=wait_metrics("malloc")))
     w.append(Workload("wake-t2", "large",
                       "2 threads build again at once a %s MiB heap of 64-byte blocks that a "
                       "trim gave back, 1 in 256 kept" % ("256" if quick else "512"),

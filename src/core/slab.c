@@ -509,8 +509,8 @@ static uint32_t slab_hold(const cache_t *cp, slab_t *s, uint64_t chunks, bool ho
   uint32_t moved = 0, next = 0; /* objects below next are done: one may lie on two chunks */
   for (uint32_t i = 0; i < 64; i++) {
     if (!(chunks >> i & 1)) continue;
-    uint32_t first = (uint32_t)(i * chunk / cp->size);
-    uint32_t last = (uint32_t)(((i + 1) * chunk - 1) / cp->size);
+    uint32_t first, last;
+    slab_chunk_objects(cp, i, &first, &last);
     if (first < next) first = next;
     if (last >= s->carved) last = s->carved - 1;
     for (uint32_t w = first / 64; first <= last && w <= last / 64; w++) {

@@ -258,8 +258,19 @@ static void slab_double_return(void *obj) {
 static cache_t *purge_watched;
 static int purges, purges_locked;
 
-static void slab_free_one(void *obj) {
-  slab_free(purge_watched, &obj, 1);
+/* Frees held (an object a give-back or refill of cp holds) in a child forked raw, without the
+   fork handlers: reported as a double free. */
+static cache_t *held_cache;
+static void slab_free_held(void *obj) {
+  slab_free(held_cache, &obj, 1);
+}
+
+static void expect_double_free(cache_t *cp, void *held) {
+  char report[4096];
+  held_cache = cp;
+  int status = unit_in_child_how(slab_free_held, held, report, sizeof report, true);
+  UCHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+  UCHECK(strstr(report, "double free") != NULL);
 }
 
 void __real_os_purge_list_run(os_purge_list_t *list);
@@ -281,11 +292,7 @@ void __wrap_os_purge_list_run(os_purge_list_t *list) {
         slab_free(cp, &q, 1);
       }
       slab_t *s = (slab_t *)(pagemap_get((uintptr_t)p) & ~PM_TAG_MASK);
-      void *held = (void *)(s->base + ((uintptr_t)p - s->base) / cp->size * cp->size);
-      char report[4096];
-      int status = unit_in_child_how(slab_free_one, held, report, sizeof report, true);
-      UCHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
-      UCHECK(strstr(report, "double free") != NULL);
+      expect_double_free(cp, (void *)(s->base + ((uintptr_t)p - s->base) / cp->size * cp->size));
     }
   }
   __real_os_purge_list_run(list);
@@ -295,10 +302,6 @@ void __wrap_os_purge_list_run(os_purge_list_t *list) {
    calls it saw, those that ran with the slab lock held, and whether one is in progress. */
 static cache_t *wake_watched;
 static int wakes, wakes_locked, wake_depth;
-
-static void slab_free_woken(void *obj) {
-  slab_free(wake_watched, &obj, 1);
-}
 
 int __real_os_populate(void *p, size_t size);
 /* At the watched cache's first wake: an object taken meanwhile lies elsewhere (its own refill
@@ -317,11 +320,8 @@ int __wrap_os_populate(void *p, size_t size) {
       slab_free(cp, &q, 1);
       slab_t *s = (slab_t *)(pagemap_get((uintptr_t)p) & ~PM_TAG_MASK);
       /* the last object starting there: the refill took the first free one */
-      void *held = (void *)(s->base + ((uintptr_t)p + size - 1 - s->base) / cp->size * cp->size);
-      char report[4096];
-      int status = unit_in_child_how(slab_free_woken, held, report, sizeof report, true);
-      UCHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
-      UCHECK(strstr(report, "double free") != NULL);
+      expect_double_free(
+          cp, (void *)(s->base + ((uintptr_t)p + size - 1 - s->base) / cp->size * cp->size));
     }
   }
   wake_depth--;
