@@ -14,7 +14,7 @@
 # profile.sh source); where the host has perf and objdump, they too with profile.sh
 # (bench/bundle-profile.sh: sampled profiles of chosen cells). bench/README.md says how to run it.
 #
-#   bench/bundle.sh [-t THREADS] [-w WORK] [-b BUILD] [-B REV] [-n] [-P] [DEST]
+#   bench/bundle.sh [-t THREADS] [-w WORK] [-b BUILD] [-B REV] [-V NAME=REV]... [-n] [-P] [DEST]
 #     THREADS  comma-separated thread counts (default 1,4,16,64)
 #     WORK     factor on each program's total work (default 6: on 16 CPUs a run at 16 threads
 #              then takes 0.1-0.3 s, at 1 thread 0.6-3 s)
@@ -22,6 +22,9 @@
 #     REV      also libmagpie.so of git revision REV, built as `make build` builds (about a
 #              minute), as the allocator magbase: a change and the library it starts from
 #              then alternate in the same runs on the same machine
+#     NAME=REV also libmagpie.so of REV as the allocator NAME, which must begin with "mag"
+#              (bench/scaling.py reports such builds against the peers, not as peers): an
+#              experiment committed on a branch of its own, say; -B REV is -V magbase=REV
 #     -n       fetch nothing: leave out mimalloc3 unless it is already under BUILD/peers
 #     -P       no profiler: leave out perf, objdump and profile.sh (about 35 MiB)
 #     DEST     the bundle (default bundle/ at the top of the checkout, ignored by git)
@@ -30,18 +33,21 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 threads=1,4,16,64
 work=6
 build=$root/${BUILD:-build}
-base=
+builds= # NAME=REV ...
 fetch=yes
 profile=yes
-while getopts t:w:b:B:nP opt; do
+usage() { sed -n '2,28p' "$0" >&2; exit 2; }
+while getopts t:w:b:B:V:nP opt; do
   case $opt in
   t) threads=$OPTARG ;;
   w) work=$OPTARG ;;
   b) build=$OPTARG ;;
-  B) base=$OPTARG ;;
+  B) builds="$builds magbase=$OPTARG" ;;
+  V) case $OPTARG in magpie=* | *=*=* | *[!A-Za-z0-9_=.~^/-]*) usage ;; mag?*=?*) ;; *) usage ;; esac
+     builds="$builds $OPTARG" ;;
   n) fetch=no ;;
   P) profile=no ;;
-  *) sed -n '2,25p' "$0" >&2; exit 2 ;;
+  *) usage ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -75,18 +81,19 @@ add_deb tcmalloc libtcmalloc_minimal.so.4 libtcmalloc-minimal4
 add_deb mimalloc libmimalloc.so.2 libmimalloc2.0
 m3=$build/peers/mimalloc3/cmeel.prefix/lib/libmimalloc.so.3
 [ -e "$m3" ] && add_lib mimalloc3 "$m3" "cmeel-mimalloc 3.4.3 (PyPI)"
-if [ -n "$base" ]; then # REV in a worktree of its own, built and dropped
-  rev=$(git -C "$root" rev-parse --short "$base^{commit}")
+for nr in $builds; do # each REV in a worktree of its own, built and dropped
+  name=${nr%%=*}
+  rev=$(git -C "$root" rev-parse --short "${nr#*=}^{commit}")
   tmp=$(mktemp -d)
   git -C "$root" worktree add -q --detach "$tmp/src" "$rev"
   cmake -S "$tmp/src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$tmp/log" 2>&1 &&
     cmake --build "$tmp/build" -j "$(nproc)" --target magpie >> "$tmp/log" 2>&1 ||
     { tail -20 "$tmp/log" >&2; echo "bundle: building $rev failed" >&2; exit 1; }
-  cp -L "$tmp/build/libmagpie.so" "$dest/libmagbase.so"
-  printf 'magbase|libmagbase.so|git %s\n' "$rev" >> "$dest/allocators.txt"
+  cp -L "$tmp/build/libmagpie.so" "$dest/lib$name.so"
+  printf '%s|lib%s.so|git %s\n' "$name" "$name" "$rev" >> "$dest/allocators.txt"
   git -C "$root" worktree remove --force "$tmp/src"
   rm -rf "$tmp"
-fi
+done
 
 for p in $progs; do
   cp "$build/bench/bench_$p" "$dest/"

@@ -19,7 +19,8 @@ ratio table with a number for each thread count; the SVG parses and has the lars
 line for each allocator; magpie's exit report of every run was read, with operations, misses and
 a busiest class, and the Markdown has its table; every run has its counters (hardware counts,
 or counters=none with the reason), and where any run has a figure per operation the Markdown
-has their table. Exit status 1 with the reasons when one fails."""
+has their table; and no other build of magpie's (magbase, mag<name>) is taken for a peer. Exit
+status 1 with the reasons when one fails."""
 
 import csv
 import glob
@@ -95,6 +96,19 @@ def check(json_path, csv_path, svg_path, md_path, allocs=ALLOCS):
         if not any(line.startswith("| larson, %s | " % v) for line in md.splitlines()):
             failures.append("no ratio row for the variant %s" % v)
     return failures
+
+
+def peers_check():
+    """magpie's other builds (bench/bundle.sh -B, -V) are no peers: a faster magbase or magexp
+    is never a cell's best peer, a peer whose name only resembles theirs is."""
+    sys.path.insert(0, HERE)
+    import scaling
+    stats = {("larson", 1, a): {"median": m} for a, m in
+             (("magpie", 1.0), ("glibc", 2.0), ("magbase", 5.0), ("magexp", 4.0),
+              ("magpie[x=1]", 6.0), ("mimalloc", 3.0))}
+    allocs = [k[2] for k in stats]
+    best = scaling.best_peer(stats, "larson", 1, allocs)
+    return [] if best == ("mimalloc", 3.0) else ["best peer %s, wanted mimalloc" % (best,)]
 
 
 def run_mode(build, tmp):
@@ -225,6 +239,7 @@ def main():
     build = os.path.abspath(sys.argv[2])
     with tempfile.TemporaryDirectory(prefix="check-scaling-") as tmp:
         failures = (run_mode if sys.argv[1] == "run" else bundle_mode)(build, tmp)
+    failures += peers_check()
     for f in failures:
         print("FAIL: " + f)
     if not failures:
