@@ -47,8 +47,10 @@
  *      and is dense for theory 3 only by its slabs' bytes less the hollow ones, so a collapse
  *      does not fault back in what the slabs gave back. The slab layer marks it MADV_NOHUGEPAGE
  *      itself (hugepage_split), with the purges, outside its locks.
- *   Locks: the slab arena's lock comes after the slab locks and before the heap arena's (an
- *   import runs under it); fork.c lists it. The demand history is written under it.
+ *   Locks: the slab arena's lock comes after the slab locks and before the heap arena's (a
+ *   release to the heap arena runs under it; an import runs without it, vmem.c theory 10, and
+ *   counts what the slab arena holds for auto's threshold itself); fork.c lists it. The demand
+ *   history is written under it.
  */
 #include "hugepage.h"
 #include "options.h"
@@ -69,6 +71,7 @@ static struct {
   size_t mode;                /* opt.hugepages as used */
   size_t asked;               /* 1 + opt.hugepages when mode was set; 0 before */
   bool on;                    /* new huge pages are marked (atomic: stats read it) */
+  size_t imported;            /* bytes of the heap arena's the slab arena holds (atomic) */
   size_t history[HP_HISTORY]; /* slab bytes in use at the last reaps (slab_arena.lock) */
   unsigned history_at;
   unsigned backoff, wait;                             /* reaper thread only */
@@ -81,23 +84,25 @@ static bool hp_thp_usable(void) {
   return hp.thp == OS_THP_MADVISE || hp.thp == OS_THP_ALWAYS;
 }
 
-static void *hp_import(void *source, size_t size, size_t align, bool *clean) {
+/* The slab arena's import (without its lock: vmem.c theory 10): a huge page from the heap
+   arena, marked MADV_HUGEPAGE once huge pages are on. */
+static void *hp_import(void *source, size_t size, size_t align, bool *clean, uint8_t *backing) {
   (void)source;
   if (hp.mode == OPT_HUGE_HUGETLB) {
     void *p = os_map_hugetlb(size, align);
     if (!p) p = os_map_aligned(size, align);
     *clean = true;
-    slab_arena.backing = HP_HUGE;
+    *backing = HP_HUGE;
     return p;
   }
   void *p = vmem_alloc(&heap_arena, size, align, 0, clean);
   if (!p) return NULL;
+  size_t imported = __atomic_add_fetch(&hp.imported, size, __ATOMIC_RELAXED);
   bool on = __atomic_load_n(&hp.on, __ATOMIC_RELAXED);
-  if (!on && hp.mode == OPT_HUGE_AUTO && hp_thp_usable() &&
-      slab_arena.imported + size >= opt.hugepages_min)
+  if (!on && hp.mode == OPT_HUGE_AUTO && hp_thp_usable() && imported >= opt.hugepages_min)
     __atomic_store_n(&hp.on, on = true, __ATOMIC_RELAXED);
   if (on) os_advise_huge(p, size, true);
-  slab_arena.backing = on ? HP_HUGE : HP_SMALL; /* the new span's marker takes it */
+  *backing = on ? HP_HUGE : HP_SMALL;
   return p;
 }
 
@@ -109,6 +114,7 @@ static void hp_release(void *source, void *addr, size_t size) {
   }
   if (__atomic_load_n(&hp.on, __ATOMIC_RELAXED) && hp.thp == OS_THP_MADVISE)
     os_advise_huge(addr, size, false);
+  __atomic_sub_fetch(&hp.imported, size, __ATOMIC_RELAXED);
   vmem_free(&heap_arena, addr, size);
 }
 

@@ -308,6 +308,7 @@ static void slab_wake_hold(cache_t *cp, slab_t *s, void *const *out, unsigned fr
     cp->waking = wake;
     s->giving++;
     cp->giving_back++;
+    lock_pending_begin();
   }
   wake->chunks |= chunks;
   uint32_t first, last;
@@ -376,6 +377,7 @@ static void slab_wake_settle(cache_t *cp, slab_wake_t *wake) {
   s->hollow &= ~wake->chunks;
   s->giving--;
   cp->giving_back--;
+  lock_pending_end();
   slab_wake_t **at = &cp->waking;
   while (*at != wake)
     at = &(*at)->next;
@@ -581,6 +583,7 @@ static unsigned slab_give_take(cache_t *cp, slab_give_t *give, slab_t *from, boo
   }
   *lap = s == NULL;
   cp->giving_back += n;
+  if (n) lock_pending_begin();
   return n;
 }
 
@@ -614,6 +617,7 @@ static size_t slab_give_settle(cache_t *cp, const slab_give_t *give, unsigned n,
       slab_list(cp, s);
   }
   cp->giving_back -= n;
+  lock_pending_end(); /* n > 0: a give-back's settle */
   return given;
 }
 

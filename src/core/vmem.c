@@ -16,8 +16,10 @@
  *      segment there fits, found in constant time through the bitmap free_map. Aligned
  *      requests also look at the next list, then take any segment of at least
  *      s + align - quantum. After an import the request takes the new span, which is aligned
- *      to at least the alignment.
- *   4. Allocated segments are found again by start address through a hash table.
+ *      to at least the alignment, unless room appeared meanwhile (theory 10).
+ *   4. Allocated segments are found again by start address through a hash table, which grows
+ *      fourfold once it holds more segments than buckets (the new table mapped and the old one
+ *      unmapped outside the lock: theory 10).
  *   5. Quantum caches: freed allocations of 1..VMEM_QCACHE_MAX quanta are kept (a few per size)
  *      as allocated segments and handed out again without splitting or coalescing.
  *   6. A request that finds no free space imports import_min bytes, or, flagged VMEM_OWN, a
@@ -52,9 +54,13 @@
  *      span to release leaves the arena; after the OS calls the lock is taken again and a
  *      purged segment is freed as any other. A child arena releases to its parent under its
  *      lock: that costs a call into the parent, and a span in flight meanwhile would send a
- *      crowd of threads that need one to map new memory. Importing stays under the lock: a
- *      mapping touches no page. `unlocked` counts the threads between, so that fork's prepare
- *      can wait for them (lock_acquire_settled).
+ *      crowd of threads that need one to map new memory. Importing runs outside the lock too:
+ *      a mapping is system calls (or the parent's lock), and a thread whose time is up is
+ *      preempted on its way back from one, with every thread that makes a slab waiting behind
+ *      it. Threads that found no room together each import a span; under the lock again, one
+ *      that now finds room (another's span) takes it and gives its own back untouched, after
+ *      the lock, so that a crowd does not leave a crowd of spans. `unlocked` counts the
+ *      threads between, so that fork's prepare can wait for them (lock_acquire_settled).
  */
 #include "vmem.h"
 #include "meta.h"
@@ -130,10 +136,8 @@ static size_t hash_index(vmem_t *vm, uintptr_t start) {
   return (size_t)((start >> 12) * 0x9E3779B97F4A7C15ull >> 20) & (vm->hash_size - 1);
 }
 
-static bool hash_grow(vmem_t *vm) {
-  size_t size = vm->hash_size ? vm->hash_size * 4 : VMEM_HASH_MIN;
-  vmem_seg_t **table = os_map(size * sizeof *table);
-  if (!table) return false;
+/* Moves the hash's segments into table, of size buckets (lock held); returns the old table. */
+static vmem_seg_t **hash_move(vmem_t *vm, vmem_seg_t **table, size_t size) {
   vmem_seg_t **old = vm->hash;
   size_t old_size = vm->hash_size;
   vm->hash = table;
@@ -145,8 +149,20 @@ static bool hash_grow(vmem_t *vm) {
       s->lnext = table[h];
       table[h] = s;
     }
-  if (old) os_unmap(old, old_size * sizeof *old);
-  return true;
+  return old;
+}
+
+/* Grows the hash to size buckets, the lock not held: the table is mapped and the old one
+   unmapped without it (theory 10); a thread that grew it meanwhile leaves nothing to do. A
+   failed mapping only slows lookups. */
+static void hash_grow(vmem_t *vm, size_t size) {
+  vmem_seg_t **table = os_map(size * sizeof *table);
+  if (!table) return;
+  lock_acquire(&vm->lock);
+  size_t old_size = vm->hash_size;
+  vmem_seg_t **old = old_size < size ? hash_move(vm, table, size) : table;
+  lock_release(&vm->lock);
+  os_unmap(old, (old_size < size ? old_size : size) * sizeof *old);
 }
 
 static void hash_insert(vmem_t *vm, vmem_seg_t *s) {
@@ -283,23 +299,44 @@ static vmem_seg_t *span_regrow(vmem_t *vm, size_t size) {
   return best;
 }
 
-static bool vmem_import(vmem_t *vm, size_t size, size_t align, bool own) {
+/* A span mapped for a request that found no room, which the request did not need after all:
+   given back to the parent once the lock is let go. */
+typedef struct vmem_spare {
+  void *mem;
+  size_t size;
+  vmem_seg_t *marker, *seg;
+} vmem_spare_t;
+
+/* With the lock held and no free segment fitting size at align: imports a span without the
+   lock (theory 10) and returns, the lock held again, the free segment the request takes: the
+   new span's, or where another thread's import or free made room meanwhile, that room (the
+   new span, untouched, is then *spare, given back after the lock). NULL: the parent had none. */
+static vmem_seg_t *vmem_import(vmem_t *vm, size_t size, size_t align, bool own,
+                               vmem_spare_t *spare) {
   size_t span = own || size > vm->import_min ? size : vm->import_min;
   size_t span_align = align > vm->import_align ? align : vm->import_align;
-  if (!vm->import) return false;
+  if (!vm->import) return NULL;
+  vm->unlocked++;
+  lock_pending_begin();
+  lock_release(&vm->lock);
+  INJECT(INJECT_UNLOCKED);
   vmem_seg_t *marker = meta_alloc(&vmem_seg_pool), *seg = meta_alloc(&vmem_seg_pool);
   bool clean = true;
-  void *mem = marker && seg ? vm->import(vm->source, span, span_align, &clean) : NULL;
-  if (!mem) {
-    if (marker) meta_free(&vmem_seg_pool, marker);
-    if (seg) meta_free(&vmem_seg_pool, seg);
-    return false;
+  uint8_t backing = 0;
+  void *mem = marker && seg ? vm->import(vm->source, span, span_align, &clean, &backing) : NULL;
+  lock_acquire(&vm->lock);
+  vm->unlocked--;
+  lock_pending_end();
+  vmem_seg_t *fit = vmem_find(vm, size, align);
+  if (!mem || fit) {
+    *spare = (vmem_spare_t){mem, span, marker, seg};
+    return fit;
   }
   marker->start = seg->start = (uintptr_t)mem;
   marker->size = seg->size = span;
   marker->type = VMEM_SPAN;
   marker->used = marker->hollow = 0;
-  marker->backing = vm->backing;
+  marker->backing = backing;
   marker->busy = 0;
   seg->clean = clean;
   seg->span = marker;
@@ -308,7 +345,14 @@ static bool vmem_import(vmem_t *vm, size_t size, size_t align, bool own) {
   free_insert(vm, seg);
   vm->imported += span;
   if (!clean) vm->dirty += span;
-  return true;
+  return seg; /* aligned and large enough (theory 3) */
+}
+
+/* Gives back what vmem_import mapped and no request took, the lock let go. */
+static void vmem_spare_drop(vmem_t *vm, const vmem_spare_t *spare) {
+  if (spare->mem) vm->release(vm->source, spare->mem, spare->size);
+  if (spare->marker) meta_free(&vmem_seg_pool, spare->marker);
+  if (spare->seg) meta_free(&vmem_seg_pool, spare->seg);
 }
 
 void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) {
@@ -317,6 +361,7 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   size = (size + q - 1) & ~(q - 1);
   if (align < q) align = q;
   bool own = (flags & VMEM_OWN) != 0; /* only shapes the import, if one is needed */
+  vmem_spare_t spare = {NULL, 0, NULL, NULL};
   lock_acquire(&vm->lock);
   size_t n = size / q;
   if (align == q && n <= VMEM_QCACHE_MAX && vm->qcache_n[n] > 0) {
@@ -325,13 +370,14 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
     *clean = false;
     return p;
   }
-  if (!vm->hash && !hash_grow(vm)) goto fail;
+  if (!vm->hash) { /* the first table, under the lock: nothing is found without one */
+    vmem_seg_t **table = os_map(VMEM_HASH_MIN * sizeof *table);
+    if (!table) goto fail;
+    hash_move(vm, table, VMEM_HASH_MIN);
+  }
   vmem_seg_t *s = vmem_find(vm, size, align);
   if (!s && own && align == q && vm->remap) s = span_regrow(vm, size);
-  if (!s) { /* the new span is aligned and large enough: its free segment is last */
-    if (!vmem_import(vm, size, align, own)) goto fail;
-    s = vm->segs.aprev;
-  }
+  if (!s && !(s = vmem_import(vm, size, align, own, &spare))) goto fail;
   free_remove(vm, s);
   uintptr_t start = (s->start + align - 1) & ~(uintptr_t)(align - 1);
   if (start > s->start) { /* leave the unaligned head free */
@@ -355,12 +401,16 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   hash_insert(vm, s);
   vm->in_use += size;
   s->span->used += size;
-  if (vm->hash_count > vm->hash_size) hash_grow(vm); /* failure only slows lookups */
+  size_t grow = vm->hash_count > vm->hash_size ? vm->hash_size * 4 : 0;
+  void *p = (void *)s->start;
   *clean = s->clean;
   lock_release(&vm->lock);
-  return (void *)s->start;
+  vmem_spare_drop(vm, &spare);
+  if (grow) hash_grow(vm, grow);
+  return p;
 fail:
   lock_release(&vm->lock);
+  vmem_spare_drop(vm, &spare);
   return NULL;
 }
 
@@ -433,6 +483,7 @@ static void seg_free(vmem_t *vm, vmem_seg_t *s, vmem_jobs_t *jobs) {
 static void jobs_run(vmem_t *vm, vmem_jobs_t *jobs) {
   if (!jobs->n) return;
   vm->unlocked++;
+  lock_pending_begin();
   while (jobs->n) {
     lock_release(&vm->lock);
     INJECT(INJECT_GIVE_BACK);
@@ -457,6 +508,7 @@ static void jobs_run(vmem_t *vm, vmem_jobs_t *jobs) {
     }
   }
   vm->unlocked--;
+  lock_pending_end();
 }
 
 void vmem_free(vmem_t *vm, void *addr, size_t size) {

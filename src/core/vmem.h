@@ -12,8 +12,10 @@
 #define VMEM_QCACHE_DEPTH 4 /* segments each quantum cache may hold */
 #define VMEM_OWN 0x1        /* vmem_alloc flag: if it must import, a span of exactly its size */
 
-/* Returns a span of size bytes aligned to align; *clean says whether it is known zero. */
-typedef void *vmem_import_t(void *source, size_t size, size_t align, bool *clean);
+/* Returns a span of size bytes aligned to align; *clean says whether it is known zero, and
+   *backing (0 unless set) goes into the span's marker for the arena's owner. Called without the
+   arena's lock (vmem.c theory 10). */
+typedef void *vmem_import_t(void *source, size_t size, size_t align, bool *clean, uint8_t *backing);
 typedef void vmem_release_t(void *source, void *addr, size_t size);
 /* Optional: resizes a span the parent gave, perhaps moving it; NULL if it cannot. */
 typedef void *vmem_remap_t(void *source, void *addr, size_t old_size, size_t new_size);
@@ -49,7 +51,6 @@ typedef struct vmem {
   vmem_purging_t *purging; /* NULL: the owner keeps no record of purges */
   bool pack;               /* fullest span first; a wholly free span goes back at once */
   bool release_unlocked;   /* release spans outside the lock: the parent is the kernel */
-  uint8_t backing;         /* copied into each new span's marker (the import function may set it) */
   void *source;
   vmem_seg_t segs; /* sentinel of the address-ordered segment list */
   vmem_seg_t *free_list[VMEM_LISTS];
@@ -61,7 +62,7 @@ typedef struct vmem {
   size_t imported;   /* bytes in spans */
   size_t in_use;     /* bytes in ALLOC segments (quantum caches included) */
   size_t dirty;      /* bytes in FREE segments that may hold data (not purged) */
-  unsigned unlocked; /* threads giving back the arena's pages outside its lock (theory 10) */
+  unsigned unlocked; /* threads importing or giving back pages outside its lock (theory 10) */
 } vmem_t;
 
 void vmem_init(vmem_t *vm, const char *name, size_t quantum, vmem_import_t *import,

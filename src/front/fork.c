@@ -40,7 +40,10 @@
  *      (pthread_atfork allocates).
  *   6. Pages go back to the kernel between two holds of a slab lock or an arena's lock (slab.c
  *      theory 6, vmem.c theory 10). Prepare takes those locks once no such work is in flight
- *      (lock_acquire_settled): the child would keep it half done, with nobody to finish it.
+ *      (lock_acquire_settled): the child would keep it half done, with nobody to finish it. The
+ *      thread doing it counts as holding a lock throughout (lock_pending_begin), so that a fork
+ *      from a signal handler that interrupts it takes nothing (theory 3) instead of waiting for
+ *      the thread it interrupted.
  *
  * Lock order. A thread that holds a lock of this list takes only locks further down it:
  *    1. stdio's list lock (glibc's; magpie takes it only here)

@@ -47,8 +47,9 @@ static bool init_had_environ;
 
 extern char **environ;
 
-static void *heap_import(void *source, size_t size, size_t align, bool *clean) {
+static void *heap_import(void *source, size_t size, size_t align, bool *clean, uint8_t *backing) {
   (void)source;
+  (void)backing;
   *clean = true;
   void *p = os_map_aligned(size, align);
   if (p && memcheck_on) memcheck_heap_mapped(p, size);

@@ -257,6 +257,9 @@ void stats_snapshot(bool report) {
   lock_stats_add(&l, &heap_arena.lock);
   snap_lock("heap arena", 0, false, &l);
   l = (lock_stats_t){0, 0, 0};
+  lock_stats_add(&l, &slab_arena.lock);
+  snap_lock("slab arena", 0, false, &l);
+  l = (lock_stats_t){0, 0, 0};
   meta_lock_stats(&l);
   snap_lock("metadata pools", 0, false, &l);
   l = (lock_stats_t){0, 0, 0};

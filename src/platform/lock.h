@@ -95,6 +95,18 @@ static inline void lock_acquire(lock_t *l) {
    prepare handler takes such locks so: the child would keep that work half done. */
 void lock_acquire_settled(lock_t *l, const unsigned *pending);
 
+/* Such work begins (ends) where the caller raises (lowers) the pending count, under l: from
+   then on the calling thread counts as holding a lock, with l let go too, so that a fork from
+   a signal handler that interrupts the work takes nothing (fork.c theory 3) instead of waiting
+   in lock_acquire_settled for the very thread it interrupted. */
+static inline void lock_pending_begin(void) {
+  lock_count(1);
+}
+
+static inline void lock_pending_end(void) {
+  lock_count(-1);
+}
+
 /* Adds l's counters to sum (without the lock). */
 static inline void lock_stats_add(lock_stats_t *sum, const lock_t *l) {
   sum->acquisitions += STAT_READ(l->acquisitions);

@@ -2,9 +2,10 @@
  * vmem against a fake parent: randomised allocations (sizes, alignments, own spans) and frees,
  * each block stamped at both ends and checked at free (no overlap), the arena's invariants
  * checked after every operation (vmem_check), in-place resize, quantum caches, that a full
- * reap gives every imported span back to the parent, and that pages go back with the arena's
- * lock free (the linker wraps os_purge_list_run here: tests/unit/CMakeLists.txt); and that a
- * purge list zeroes the pages it lists and no other, in batches and one by one.
+ * reap gives every imported span back to the parent, that pages go back and spans come in with
+ * the arena's lock free (the linker wraps os_purge_list_run here: tests/unit/CMakeLists.txt),
+ * threads that import at once keeping one span; and that a purge list zeroes the pages it
+ * lists and no other, in batches and one by one.
  */
 #include "vmem.h"
 #include "os.h"
@@ -60,9 +61,26 @@ void __wrap_os_purge_list_run(os_purge_list_t *list) {
   __real_os_purge_list_run(list);
 }
 
-static void *fake_import(void *source, size_t size, size_t align, bool *clean) {
+/* Imports into the watched arena: how many, and whether the next first allocates from the
+   arena itself (as another thread that missed at the same time would), and what it got. */
+static int imports;
+static bool import_crowd;
+static void *crowd_block;
+
+static void *fake_import(void *source, size_t size, size_t align, bool *clean, uint8_t *backing) {
   fake_parent_t *f = source;
   *clean = true;
+  (void)backing;
+  if (watched) {
+    bool unlocked = watched_unlocked();
+    imports++;
+    calls_locked += !unlocked;
+    if (import_crowd && unlocked) {
+      import_crowd = false;
+      bool c;
+      crowd_block = vmem_alloc(watched, OS_PAGE, OS_PAGE, 0, &c);
+    }
+  }
   uintptr_t start = (f->bump + align - 1) & ~(uintptr_t)(align - 1);
   if (start + size > f->base + REGION || f->nspans == SPANS_MAX) return NULL;
   f->bump = start + size;
@@ -94,7 +112,8 @@ static void *fake_remap(void *source, void *addr, size_t old_size, size_t new_si
     i++;
   UCHECK(i < f->nspans && f->spans[i].size == old_size);
   bool clean;
-  void *moved = fake_import(source, new_size, OS_PAGE, &clean);
+  uint8_t backing;
+  void *moved = fake_import(source, new_size, OS_PAGE, &clean, &backing);
   if (!moved) return NULL;
   memcpy(moved, addr, old_size < new_size ? old_size : new_size);
   f->imported -= new_size; /* the import above was a move, not a new span */
@@ -183,6 +202,34 @@ static void unlocked_test(fake_parent_t *parent) {
   vmem_check(&vm);
   UCHECK(releases >= 1 && calls_locked == 0 && vm.imported == 0 && parent->nspans == 0);
   watched = NULL;
+}
+
+/* Imports run with the arena's lock free (vmem.c theory 10), and one that finds room made
+   meanwhile by another's import takes it and gives its own span back, untouched, after the
+   lock: two threads that missed together leave one span. */
+static void import_test(fake_parent_t *parent) {
+  static vmem_t vm;
+  const size_t span = (size_t)1 << 20;
+  bool clean;
+  int spans = parent->nspans;
+  vmem_init(&vm, "import", OS_PAGE, fake_import, fake_release, parent, span, OS_PAGE);
+  vm.release_unlocked = true;
+  watched = &vm;
+  calls_locked = imports = releases = 0;
+  import_crowd = true;
+  void *a = vmem_alloc(&vm, 2 * OS_PAGE, OS_PAGE, 0, &clean);
+  vmem_check(&vm);
+  UCHECK(a && crowd_block && imports == 2 && releases == 1 && calls_locked == 0);
+  UCHECK(parent->nspans == spans + 1 && vm.imported == span && vm.unlocked == 0);
+  uintptr_t lo = (uintptr_t)a < (uintptr_t)crowd_block ? (uintptr_t)a : (uintptr_t)crowd_block;
+  uintptr_t hi = (uintptr_t)a < (uintptr_t)crowd_block ? (uintptr_t)crowd_block : (uintptr_t)a;
+  UCHECK(hi - lo < span); /* both in the one span kept */
+  watched = NULL;
+  vmem_free(&vm, a, 2 * OS_PAGE);
+  vmem_free(&vm, crowd_block, OS_PAGE);
+  vmem_reap(&vm, 0, true);
+  vmem_check(&vm);
+  UCHECK(vm.imported == 0 && parent->nspans == spans);
 }
 
 /* Lists every other page of a written mapping, more than a batch, in a purge list of batch
@@ -290,6 +337,7 @@ int main(void) {
   UCHECK(vm.imported == 0 && parent.nspans == 0);
   pack_test(&parent);
   unlocked_test(&parent);
+  import_test(&parent);
   printf("vmem: ok (peak %zu bytes imported for %zu in use)\n", peak_imported, peak_in_use);
   return 0;
 }
