@@ -49,8 +49,10 @@
  *      sentinel. Trading a thread's pair, when the loaded magazine ran out (filled up) and the
  *      previous one can serve, is the slow path's first step, still without the lock
  *      (mag_own_trade), as for a CPU's pair.
- * Locking: mag_registry_lock guards the registry and mag_folded; a tcache's lock, its owner's
- * slow paths of malloc's classes against the reaper. front/fork.c writes the order.
+ * Locking: mag_registry_lock guards the registry and mag_folded; a starting thread takes no
+ * lock (its tcache waits on mag_registry_pending for the lock's next holder, who links it:
+ * mag_registry_enter); a tcache's lock, its owner's slow paths of malloc's classes against the
+ * reaper. front/fork.c writes the order.
  */
 #include "mag.h"
 #include "depot.h"
@@ -95,10 +97,27 @@ static meta_pool_t tcache_cpu_pool = META_POOL(META_LINES(TCACHE_CPU_SIZE)); /* 
 static pthread_key_t mag_key;
 lock_t mag_registry_lock = LOCK_INIT;
 tcache_t mag_registry = {.next = &mag_registry, .prev = &mag_registry};
+/* Thread caches made since the registry's lock was last taken, linked through next: a starting
+   thread pushes its own without the lock, the lock's next holder links them in
+   (mag_registry_enter). */
+static tcache_t *mag_registry_pending;
 /* Counts of exited threads, and those folded out of live threads' 32-bit per-CPU-layout counts
    (mag_registry_lock). */
 static mag_totals_t mag_folded;
-static unsigned mag_threads_live; /* threads with a tcache, or making one (mag_registry_lock) */
+static unsigned mag_threads_live; /* threads with a tcache, or making one (atomic) */
+
+void mag_registry_enter(void) {
+  lock_acquire(&mag_registry_lock);
+  tcache_t *tc = __atomic_exchange_n(&mag_registry_pending, NULL, __ATOMIC_ACQUIRE);
+  for (tcache_t *next; tc; tc = next) {
+    next = tc->next;
+    tc->next = mag_registry.next;
+    tc->prev = &mag_registry;
+    mag_registry.next->prev = tc;
+    mag_registry.next = tc;
+    mag_folded.threads_ever++;
+  }
+}
 
 static void mag_no_hook(void) {}
 
@@ -135,20 +154,17 @@ void mag_init(void) {
     report_fatal("no pthread key for thread exit", NULL, 0);
 }
 
-/* Makes the calling thread's tcache; falls back to tcache_dead when memory is exhausted. The
-   registry lock is held twice, briefly: to count the thread and choose its magazines, then to
-   link the tcache in. Making it (a metadata allocation that may map memory, clearing a few
-   KiB) happens between, so that threads starting together, or a starting thread preempted,
-   do not hold up every other thread's start, exit and the reaper. */
+/* Makes the calling thread's tcache; falls back to tcache_dead when memory is exhausted. Takes
+   no lock of the registry's (but once, for the first thread on the CPUs' magazines: their
+   setup, mag_percpu.c): the tcache goes onto mag_registry_pending. Threads that start
+   together, or one preempted while it starts, hold up no other thread's start or exit, nor
+   the reaper; where many threads share few CPUs, each acquisition that finds the lock taken
+   waits for a woken thread's turn on a CPU. */
 static tcache_t *mag_thread_start(void) {
-  lock_acquire(&mag_registry_lock);
-  char *cpus = mag_cpu_for_thread(++mag_threads_live);
-  lock_release(&mag_registry_lock);
+  char *cpus = mag_cpu_for_thread(__atomic_add_fetch(&mag_threads_live, 1, __ATOMIC_RELAXED));
   tcache_t *tc = meta_alloc(cpus ? &tcache_cpu_pool : &tcache_pool);
   if (!tc) {
-    lock_acquire(&mag_registry_lock);
-    mag_threads_live--;
-    lock_release(&mag_registry_lock);
+    __atomic_sub_fetch(&mag_threads_live, 1, __ATOMIC_RELAXED);
     return mag_tls = &tcache_dead;
   }
   tc->cpus = cpus;
@@ -160,13 +176,10 @@ static tcache_t *mag_thread_start(void) {
   tc->sample_left = mag_sample_countdown();
   tc->stack = (uintptr_t)__builtin_frame_address(0);
   tc->tid = os_thread_id();
-  lock_acquire(&mag_registry_lock);
-  tc->next = mag_registry.next;
-  tc->prev = &mag_registry;
-  mag_registry.next->prev = tc;
-  mag_registry.next = tc;
-  mag_folded.threads_ever++;
-  lock_release(&mag_registry_lock);
+  tc->next = __atomic_load_n(&mag_registry_pending, __ATOMIC_RELAXED);
+  while (!__atomic_compare_exchange_n(&mag_registry_pending, &tc->next, tc, true, __ATOMIC_RELEASE,
+                                      __ATOMIC_RELAXED)) {
+  }
   mag_tls = tc; /* before pthread_setspecific, which may allocate */
   pthread_setspecific(mag_key, tc);
   return tc;
@@ -591,11 +604,11 @@ static void mag_sum_thread(mag_totals_t *sum, tcache_t *tc) {
 void mag_thread_exit(void *arg) {
   tcache_t *tc = arg;
   mag_thread_flush(tc);
-  lock_acquire(&mag_registry_lock);
+  mag_registry_enter(); /* links tc too, if it is still pending */
   mag_slots_to_depot(tc);
   tc->prev->next = tc->next;
   tc->next->prev = tc->prev;
-  mag_threads_live--;
+  __atomic_sub_fetch(&mag_threads_live, 1, __ATOMIC_RELAXED);
   mag_sum_thread(&mag_folded, tc);
   lock_release(&mag_registry_lock);
   mag_slots_unmap(tc);
@@ -605,7 +618,7 @@ void mag_thread_exit(void *arg) {
 }
 
 void mag_totals(mag_totals_t *out) {
-  lock_acquire(&mag_registry_lock);
+  mag_registry_enter();
   *out = mag_folded;
   out->large_bytes_requested = __atomic_load_n(&mag_large_requested, __ATOMIC_RELAXED);
   for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
@@ -618,7 +631,7 @@ void mag_totals(mag_totals_t *out) {
 size_t mag_thread_rows(mag_thread_row_t *rows, size_t max) {
   static mag_totals_t one; /* (mag_registry_lock) */
   size_t n = 0;
-  lock_acquire(&mag_registry_lock);
+  mag_registry_enter();
   for (tcache_t *tc = mag_registry.next; tc != &mag_registry && max; tc = tc->next) {
     memset(&one, 0, sizeof one);
     mag_sum_thread(&one, tc);
@@ -653,7 +666,7 @@ void mag_thread_register(void) {
 
 size_t mag_thread_stacks(uintptr_t *stacks, uint32_t *tids, size_t max) {
   size_t n = 0;
-  lock_acquire(&mag_registry_lock);
+  mag_registry_enter();
   for (tcache_t *tc = mag_registry.next; tc != &mag_registry && n < max; tc = tc->next)
     if (tc != mag_tls) {
       stacks[n] = tc->stack;
@@ -666,7 +679,7 @@ size_t mag_thread_stacks(uintptr_t *stacks, uint32_t *tids, size_t max) {
 /* The registry lock, held from prepare to parent, keeps the CPUs' records from being set up
    in between: the count locked is the count unlocked. */
 void mag_fork_prepare(void) {
-  lock_acquire(&mag_registry_lock);
+  mag_registry_enter();
   (void)mag_cpu_lock_all();
 }
 
@@ -682,7 +695,8 @@ bool mag_fork_child(void) {
   lock_init(&mag_registry_lock);
   mag_cpu_reset_locks();
   tcache_t *self = mag_tls;
-  bool others = false;
+  bool others = mag_registry_pending != NULL; /* threads that started during the fork */
+  mag_registry_pending = NULL;
   for (tcache_t *tc = mag_registry.next, *next; tc != &mag_registry; tc = next) {
     next = tc->next;
     if (tc != self) {
@@ -691,9 +705,9 @@ bool mag_fork_child(void) {
     }
   }
   mag_registry.next = mag_registry.prev = &mag_registry;
-  mag_threads_live = 0;
+  __atomic_store_n(&mag_threads_live, 0, __ATOMIC_RELAXED);
   if (self != &tcache_boot && self != &tcache_dead) {
-    mag_threads_live = 1;
+    __atomic_store_n(&mag_threads_live, 1, __ATOMIC_RELAXED);
     lock_init(&self->lock);
     self->tid = os_thread_id();
     self->next = self->prev = &mag_registry;

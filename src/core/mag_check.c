@@ -101,7 +101,7 @@ static void mag_check_depot(mag_seen_t *s, cache_t *cp) {
 void mag_check(void) {
   tcache_t *self = mag_tls;
   bool own = self != &tcache_boot && self != &tcache_dead && !self->cpus;
-  lock_acquire(&mag_registry_lock); /* invariant 2 on every other thread's own pairs */
+  mag_registry_enter(); /* invariant 2 on every other thread's own pairs */
   for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
     if (tc == self || tc->cpus) continue;
     lock_acquire(&tc->lock);

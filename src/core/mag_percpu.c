@@ -96,13 +96,18 @@ void mag_cpu_init(void) {
 
 #if RSEQ_SUPPORTED
 /* Gives every CPU's record its sentinel pairs (the locks are free as mapped), once, before the
-   first thread takes them (mag_registry_lock held). */
+   first thread takes them: under mag_registry_lock, which fork's prepare holds to the parent
+   handler, so that the records fork locked are the records it unlocks. */
 static void mag_cpu_setup(void) {
-  if (mag_ncpus_used) return;
-  for (unsigned i = 0; i < mag_ncpus; i++)
-    for (unsigned c = 0; c <= SC_COUNT; c++)
-      mag_cpu(i)->mags[c] = (mag_cpu_pair_t){MAG_TOP_NONE, &mag_empty};
-  __atomic_store_n(&mag_ncpus_used, mag_ncpus, __ATOMIC_RELEASE); /* the walks see them set */
+  if (__atomic_load_n(&mag_ncpus_used, __ATOMIC_ACQUIRE)) return;
+  lock_acquire(&mag_registry_lock);
+  if (!mag_ncpus_used) {
+    for (unsigned i = 0; i < mag_ncpus; i++)
+      for (unsigned c = 0; c <= SC_COUNT; c++)
+        mag_cpu(i)->mags[c] = (mag_cpu_pair_t){MAG_TOP_NONE, &mag_empty};
+    __atomic_store_n(&mag_ncpus_used, mag_ncpus, __ATOMIC_RELEASE); /* the walks see them set */
+  }
+  lock_release(&mag_registry_lock);
 }
 #endif
 

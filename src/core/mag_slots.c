@@ -77,7 +77,7 @@ static cache_slot_t *mag_slot_seen(tcache_t *tc, cache_t *cp) {
 
 void mag_cache_drain(cache_t *cp) {
   if (cp->id >= MAG_CACHE_SLOTS) return;
-  lock_acquire(&mag_registry_lock);
+  mag_registry_enter();
   for (tcache_t *tc = mag_registry.next; tc != &mag_registry; tc = tc->next) {
     cache_slot_t *s = mag_slot_seen(tc, cp);
     if (s) {
@@ -100,7 +100,7 @@ void mag_slots_to_depot(tcache_t *tc) {
 }
 
 void mag_cache_counts(cache_t *cp, uint64_t *allocs, uint64_t *frees) {
-  lock_acquire(&mag_registry_lock);
+  mag_registry_enter();
   *allocs = cp->exited_allocs;
   *frees = cp->exited_frees;
   if (cp->id < MAG_CACHE_SLOTS)

@@ -21,7 +21,8 @@
  *     in the slab's huge page, and come back into use with their free objects marked again;
  *     they go back with the slab lock free, no object on them is handed out meanwhile, and
  *     one of them freed meanwhile is reported as a double free (the linker wraps
- *     os_purge_list_run: tests/unit/CMakeLists.txt).
+ *     os_purge_list_run: tests/unit/CMakeLists.txt);
+ *   - a thread starts while another holds the registry's lock, and is counted once.
  * Malloc's magazines are per thread here (percpu=0); tests/unit/percpu.c tests the per-CPU ones.
  */
 #include "cache.h"
@@ -433,6 +434,45 @@ static void *allocating_user(void *arg) {
   return NULL;
 }
 
+/* A thread whose first allocation makes its tcache, then waits to be let go. */
+static int starter_state; /* 1: allocated; 2: may exit */
+
+static void *starter(void *arg) {
+  (void)arg;
+  void *p = magpie_malloc(48);
+  UCHECK(p != NULL);
+  __atomic_store_n(&starter_state, 1, __ATOMIC_RELEASE);
+  while (__atomic_load_n(&starter_state, __ATOMIC_ACQUIRE) != 2)
+    os_sleep_ms(1);
+  magpie_free(p);
+  return NULL;
+}
+
+/* A thread starts (makes its tcache) while this one holds the registry's lock, as the reaper,
+   a report or a crowd of exiting threads may: it takes none (mag.c), and the lock's next
+   holder links it in, counted once. */
+static void start_unlocked(void) {
+  mag_totals_t before, after;
+  mag_totals(&before);
+  lock_acquire(&mag_registry_lock);
+  pthread_t t;
+  UCHECK(pthread_create(&t, NULL, starter, NULL) == 0);
+  int waited = 0;
+  while (__atomic_load_n(&starter_state, __ATOMIC_ACQUIRE) != 1 && waited++ < 5000)
+    os_sleep_ms(1);
+  bool started = __atomic_load_n(&starter_state, __ATOMIC_ACQUIRE) == 1;
+  lock_release(&mag_registry_lock);
+  UCHECK(started);
+  mag_totals(&after);
+  UCHECK(after.threads_ever == before.threads_ever + 1 &&
+         after.threads_live == before.threads_live + 1);
+  __atomic_store_n(&starter_state, 2, __ATOMIC_RELEASE);
+  UCHECK(pthread_join(t, NULL) == 0);
+  mag_totals(&after);
+  UCHECK(after.threads_ever == before.threads_ever + 1 &&
+         after.threads_live == before.threads_live);
+}
+
 static int ctor_calls, dtor_calls;
 
 static int obj_ctor(void *obj, void *arg, int flags) {
@@ -723,6 +763,9 @@ int main(int argc, char **argv) {
   for (size_t k = 0; k < 3; k++)
     give_back_one(&malloc_caches[sc_of(hollow_sizes[k])]);
   give_back_carving();
+
+  /* 14. a thread starts while another holds the registry's lock: it takes none */
+  start_unlocked();
 
   printf("layers: ok (%d objects constructed and destructed, %lu looks of the reaper)\n",
          ctor_calls, looks);
