@@ -57,10 +57,12 @@
  *      crowd of threads that need one to map new memory. Importing runs outside the lock too:
  *      a mapping is system calls (or the parent's lock), and a thread whose time is up is
  *      preempted on its way back from one, with every thread that makes a slab waiting behind
- *      it. Threads that found no room together each import a span; under the lock again, one
- *      that now finds room (another's span) takes it and gives its own back untouched, after
- *      the lock, so that a crowd does not leave a crowd of spans. `unlocked` counts the
- *      threads between, so that fork's prepare can wait for them (lock_acquire_settled).
+ *      it. One thread imports at a time (`importing`): others that find no room meanwhile wait
+ *      for it without the lock and look again, so that a crowd maps one span, not one each,
+ *      and only threads that need new memory wait at all. An importer that, under the lock
+ *      again, finds room a free made meanwhile takes it and gives its span back untouched,
+ *      after the lock. `unlocked` counts the threads between, so that fork's prepare can wait
+ *      for them (lock_acquire_settled).
  */
 #include "vmem.h"
 #include "meta.h"
@@ -69,6 +71,7 @@
 #include "inject.h"
 #include "report.h"
 
+#include <limits.h>
 #include <string.h>
 
 #define VMEM_SPAN 1
@@ -305,17 +308,27 @@ typedef struct vmem_spare {
   void *mem;
   size_t size;
   vmem_seg_t *marker, *seg;
+  bool wake; /* threads wait for the import that ended: wake them */
 } vmem_spare_t;
 
 /* With the lock held and no free segment fitting size at align: imports a span without the
    lock (theory 10) and returns, the lock held again, the free segment the request takes: the
-   new span's, or where another thread's import or free made room meanwhile, that room (the
-   new span, untouched, is then *spare, given back after the lock). NULL: the parent had none. */
+   new span's, or where a free made room meanwhile, that room (the new span, untouched, is then
+   *spare, given back after the lock). One thread imports at a time: the others wait for it
+   without the lock and look again. NULL: the parent had none. */
 static vmem_seg_t *vmem_import(vmem_t *vm, size_t size, size_t align, bool own,
                                vmem_spare_t *spare) {
   size_t span = own || size > vm->import_min ? size : vm->import_min;
   size_t span_align = align > vm->import_align ? align : vm->import_align;
   if (!vm->import) return NULL;
+  while (vm->importing) {
+    lock_release(&vm->lock);
+    os_futex_wait(&vm->importing, 1);
+    lock_acquire(&vm->lock);
+    vmem_seg_t *fit = vmem_find(vm, size, align);
+    if (fit) return fit;
+  }
+  vm->importing = 1;
   vm->unlocked++;
   lock_pending_begin();
   lock_release(&vm->lock);
@@ -325,11 +338,13 @@ static vmem_seg_t *vmem_import(vmem_t *vm, size_t size, size_t align, bool own,
   uint8_t backing = 0;
   void *mem = marker && seg ? vm->import(vm->source, span, span_align, &clean, &backing) : NULL;
   lock_acquire(&vm->lock);
+  vm->importing = 0;
   vm->unlocked--;
   lock_pending_end();
   vmem_seg_t *fit = vmem_find(vm, size, align);
+  *spare = (vmem_spare_t){NULL, 0, NULL, NULL, true};
   if (!mem || fit) {
-    *spare = (vmem_spare_t){mem, span, marker, seg};
+    *spare = (vmem_spare_t){mem, span, marker, seg, true};
     return fit;
   }
   marker->start = seg->start = (uintptr_t)mem;
@@ -348,8 +363,10 @@ static vmem_seg_t *vmem_import(vmem_t *vm, size_t size, size_t align, bool own,
   return seg; /* aligned and large enough (theory 3) */
 }
 
-/* Gives back what vmem_import mapped and no request took, the lock let go. */
+/* Gives back what vmem_import mapped and no request took, and wakes the threads that waited for
+   the import, the lock let go. */
 static void vmem_spare_drop(vmem_t *vm, const vmem_spare_t *spare) {
+  if (spare->wake) os_futex_wake(&vm->importing, INT_MAX);
   if (spare->mem) vm->release(vm->source, spare->mem, spare->size);
   if (spare->marker) meta_free(&vmem_seg_pool, spare->marker);
   if (spare->seg) meta_free(&vmem_seg_pool, spare->seg);
@@ -361,7 +378,7 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   size = (size + q - 1) & ~(q - 1);
   if (align < q) align = q;
   bool own = (flags & VMEM_OWN) != 0; /* only shapes the import, if one is needed */
-  vmem_spare_t spare = {NULL, 0, NULL, NULL};
+  vmem_spare_t spare = {NULL, 0, NULL, NULL, false};
   lock_acquire(&vm->lock);
   size_t n = size / q;
   if (align == q && n <= VMEM_QCACHE_MAX && vm->qcache_n[n] > 0) {

@@ -59,10 +59,11 @@ typedef struct vmem {
   size_t hash_size, hash_count;
   void *qcache[VMEM_QCACHE_MAX + 1][VMEM_QCACHE_DEPTH];
   uint8_t qcache_n[VMEM_QCACHE_MAX + 1];
-  size_t imported;   /* bytes in spans */
-  size_t in_use;     /* bytes in ALLOC segments (quantum caches included) */
-  size_t dirty;      /* bytes in FREE segments that may hold data (not purged) */
-  unsigned unlocked; /* threads importing or giving back pages outside its lock (theory 10) */
+  size_t imported;    /* bytes in spans */
+  size_t in_use;      /* bytes in ALLOC segments (quantum caches included) */
+  size_t dirty;       /* bytes in FREE segments that may hold data (not purged) */
+  unsigned unlocked;  /* threads importing or giving back pages outside its lock (theory 10) */
+  uint32_t importing; /* 1 while a thread imports (a futex its waiters sleep on) */
 } vmem_t;
 
 void vmem_init(vmem_t *vm, const char *name, size_t quantum, vmem_import_t *import,

@@ -11,6 +11,7 @@
 #include "os.h"
 #include "unit.h"
 
+#include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -61,11 +62,21 @@ void __wrap_os_purge_list_run(os_purge_list_t *list) {
   __real_os_purge_list_run(list);
 }
 
-/* Imports into the watched arena: how many, and whether the next first allocates from the
-   arena itself (as another thread that missed at the same time would), and what it got. */
+/* Imports into the watched arena: how many; what the next does meanwhile (a thread that also
+   finds no room and must wait for it, or a free that makes room), and what that thread got. */
 static int imports;
-static bool import_crowd;
-static void *crowd_block;
+static enum { IMPORT_ALONE, IMPORT_CROWD, IMPORT_FREE } import_next;
+static void *crowd_block, *freed_meanwhile;
+static size_t freed_size;
+
+#define CROWD_BLOCK ((size_t)256 << 10) /* above the quantum caches' sizes */
+
+static void *crowd_thread(void *arg) {
+  bool clean;
+  crowd_block = vmem_alloc(arg, CROWD_BLOCK, OS_PAGE, 0, &clean);
+  return NULL;
+}
+static pthread_t crowd;
 
 static void *fake_import(void *source, size_t size, size_t align, bool *clean, uint8_t *backing) {
   fake_parent_t *f = source;
@@ -75,11 +86,14 @@ static void *fake_import(void *source, size_t size, size_t align, bool *clean, u
     bool unlocked = watched_unlocked();
     imports++;
     calls_locked += !unlocked;
-    if (import_crowd && unlocked) {
-      import_crowd = false;
-      bool c;
-      crowd_block = vmem_alloc(watched, OS_PAGE, OS_PAGE, 0, &c);
+    if (import_next == IMPORT_CROWD && unlocked) { /* it waits for this import */
+      UCHECK(pthread_create(&crowd, NULL, crowd_thread, watched) == 0);
+      os_sleep_ms(20);
+      UCHECK(__atomic_load_n(&crowd_block, __ATOMIC_RELAXED) == NULL && watched_unlocked());
+    } else if (import_next == IMPORT_FREE && unlocked) {
+      vmem_free(watched, freed_meanwhile, freed_size);
     }
+    import_next = IMPORT_ALONE;
   }
   uintptr_t start = (f->bump + align - 1) & ~(uintptr_t)(align - 1);
   if (start + size > f->base + REGION || f->nspans == SPANS_MAX) return NULL;
@@ -204,9 +218,10 @@ static void unlocked_test(fake_parent_t *parent) {
   watched = NULL;
 }
 
-/* Imports run with the arena's lock free (vmem.c theory 10), and one that finds room made
-   meanwhile by another's import takes it and gives its own span back, untouched, after the
-   lock: two threads that missed together leave one span. */
+/* Imports run with the arena's lock free (vmem.c theory 10), one at a time: a thread that finds
+   no room meanwhile waits for the import and takes room in its span (one span for the two);
+   an importer that finds room a free made meanwhile takes it and gives its span back,
+   untouched, after the lock. */
 static void import_test(fake_parent_t *parent) {
   static vmem_t vm;
   const size_t span = (size_t)1 << 20;
@@ -214,19 +229,32 @@ static void import_test(fake_parent_t *parent) {
   int spans = parent->nspans;
   vmem_init(&vm, "import", OS_PAGE, fake_import, fake_release, parent, span, OS_PAGE);
   vm.release_unlocked = true;
+  vm.retain = (size_t)64 << 20; /* a wholly free span stays */
   watched = &vm;
   calls_locked = imports = releases = 0;
-  import_crowd = true;
-  void *a = vmem_alloc(&vm, 2 * OS_PAGE, OS_PAGE, 0, &clean);
+  import_next = IMPORT_CROWD;
+  void *a = vmem_alloc(&vm, CROWD_BLOCK, OS_PAGE, 0, &clean);
+  UCHECK(pthread_join(crowd, NULL) == 0);
   vmem_check(&vm);
-  UCHECK(a && crowd_block && imports == 2 && releases == 1 && calls_locked == 0);
+  UCHECK(a && crowd_block && imports == 1 && releases == 0 && calls_locked == 0);
   UCHECK(parent->nspans == spans + 1 && vm.imported == span && vm.unlocked == 0);
   uintptr_t lo = (uintptr_t)a < (uintptr_t)crowd_block ? (uintptr_t)a : (uintptr_t)crowd_block;
   uintptr_t hi = (uintptr_t)a < (uintptr_t)crowd_block ? (uintptr_t)crowd_block : (uintptr_t)a;
-  UCHECK(hi - lo < span); /* both in the one span kept */
+  UCHECK(hi - lo < span); /* both in the one span */
+  vmem_free(&vm, a, CROWD_BLOCK);
+  vmem_free(&vm, crowd_block, CROWD_BLOCK);
+  /* the span whole again; a block of all of it, then another: the second import's meanwhile
+     the first block is freed */
+  freed_meanwhile = vmem_alloc(&vm, span, OS_PAGE, 0, &clean);
+  freed_size = span;
+  UCHECK(freed_meanwhile && imports == 1);
+  import_next = IMPORT_FREE;
+  void *b = vmem_alloc(&vm, span, OS_PAGE, 0, &clean);
+  vmem_check(&vm);
+  UCHECK(b == freed_meanwhile && imports == 2 && releases == 1 && calls_locked == 0);
+  UCHECK(parent->nspans == spans + 1 && vm.imported == span);
   watched = NULL;
-  vmem_free(&vm, a, 2 * OS_PAGE);
-  vmem_free(&vm, crowd_block, OS_PAGE);
+  vmem_free(&vm, b, span);
   vmem_reap(&vm, 0, true);
   vmem_check(&vm);
   UCHECK(vm.imported == 0 && parent->nspans == spans);
