@@ -311,23 +311,16 @@ typedef struct vmem_spare {
   bool wake; /* threads wait for the import that ended: wake them */
 } vmem_spare_t;
 
-/* With the lock held and no free segment fitting size at align: imports a span without the
-   lock (theory 10) and returns, the lock held again, the free segment the request takes: the
-   new span's, or where a free made room meanwhile, that room (the new span, untouched, is then
-   *spare, given back after the lock). One thread imports at a time: the others wait for it
-   without the lock and look again. NULL: the parent had none. */
+/* With the lock held, no free segment fitting size at align and no other import under way:
+   imports a span without the lock (theory 10) and returns, the lock held again, the free
+   segment the request takes: the new span's, or where a free made room meanwhile, that room
+   (the new span, untouched, is then *spare, given back after the lock). NULL: the parent had
+   none. */
 static vmem_seg_t *vmem_import(vmem_t *vm, size_t size, size_t align, bool own,
                                vmem_spare_t *spare) {
   size_t span = own || size > vm->import_min ? size : vm->import_min;
   size_t span_align = align > vm->import_align ? align : vm->import_align;
   if (!vm->import) return NULL;
-  while (vm->importing) {
-    lock_release(&vm->lock);
-    os_futex_wait(&vm->importing, 1);
-    lock_acquire(&vm->lock);
-    vmem_seg_t *fit = vmem_find(vm, size, align);
-    if (fit) return fit;
-  }
   vm->importing = 1;
   vm->unlocked++;
   lock_pending_begin();
@@ -392,8 +385,15 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
     if (!table) goto fail;
     hash_move(vm, table, VMEM_HASH_MIN);
   }
-  vmem_seg_t *s = vmem_find(vm, size, align);
-  if (!s && own && align == q && vm->remap) s = span_regrow(vm, size);
+  vmem_seg_t *s;
+  for (;;) {
+    s = vmem_find(vm, size, align);
+    if (!s && own && align == q && vm->remap) s = span_regrow(vm, size);
+    if (s || !vm->importing) break;
+    lock_release(&vm->lock); /* another thread imports: wait for it, then look again */
+    os_futex_wait(&vm->importing, 1);
+    lock_acquire(&vm->lock);
+  }
   if (!s && !(s = vmem_import(vm, size, align, own, &spare))) goto fail;
   free_remove(vm, s);
   uintptr_t start = (s->start + align - 1) & ~(uintptr_t)(align - 1);

@@ -448,12 +448,17 @@ static void *starter(void *arg) {
   return NULL;
 }
 
+static void no_reap(void) {}
+
 /* A thread starts (makes its tcache) while this one holds the registry's lock, as the reaper,
    a report or a crowd of exiting threads may: it takes none (mag.c), and the lock's next
-   holder links it in, counted once. */
+   holder links it in, counted once. The reap a slow path may run (mag_miss_hook), which walks
+   the registry, is kept out meanwhile. */
 static void start_unlocked(void) {
   mag_totals_t before, after;
   mag_totals(&before);
+  void (*reap)(void) = mag_miss_hook;
+  mag_miss_hook = no_reap;
   lock_acquire(&mag_registry_lock);
   pthread_t t;
   UCHECK(pthread_create(&t, NULL, starter, NULL) == 0);
@@ -462,6 +467,7 @@ static void start_unlocked(void) {
     os_sleep_ms(1);
   bool started = __atomic_load_n(&starter_state, __ATOMIC_ACQUIRE) == 1;
   lock_release(&mag_registry_lock);
+  mag_miss_hook = reap;
   UCHECK(started);
   mag_totals(&after);
   UCHECK(after.threads_ever == before.threads_ever + 1 &&
