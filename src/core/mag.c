@@ -51,8 +51,10 @@
  *      (mag_own_trade), as for a CPU's pair.
  * Locking: mag_registry_lock guards the registry and mag_folded; a starting thread takes no
  * lock (its tcache waits on mag_registry_pending for the lock's next holder, who links it:
- * mag_registry_enter); a tcache's lock, its owner's slow paths of malloc's classes against the
- * reaper. front/fork.c writes the order.
+ * mag_registry_enter), nor does an exiting one that finds it taken (its tcache waits on
+ * mag_registry_leaving, for the holder as it lets go: mag_registry_leave); a tcache's lock,
+ * its owner's slow paths of malloc's classes against the reaper. front/fork.c writes the
+ * order.
  */
 #include "mag.h"
 #include "depot.h"
@@ -99,25 +101,14 @@ lock_t mag_registry_lock = LOCK_INIT;
 tcache_t mag_registry = {.next = &mag_registry, .prev = &mag_registry};
 /* Thread caches made since the registry's lock was last taken, linked through next: a starting
    thread pushes its own without the lock, the lock's next holder links them in
-   (mag_registry_enter). */
-static tcache_t *mag_registry_pending;
+   (mag_registry_enter). Those of threads that exited meanwhile, linked through leaving: an
+   exiting thread that finds the lock taken leaves its own there instead of waiting, and the
+   lock's next holder takes them out of the registry. */
+static tcache_t *mag_registry_pending, *mag_registry_leaving;
 /* Counts of exited threads, and those folded out of live threads' 32-bit per-CPU-layout counts
    (mag_registry_lock). */
 static mag_totals_t mag_folded;
 static unsigned mag_threads_live; /* threads with a tcache, or making one (atomic) */
-
-void mag_registry_enter(void) {
-  lock_acquire(&mag_registry_lock);
-  tcache_t *tc = __atomic_exchange_n(&mag_registry_pending, NULL, __ATOMIC_ACQUIRE);
-  for (tcache_t *next; tc; tc = next) {
-    next = tc->next;
-    tc->next = mag_registry.next;
-    tc->prev = &mag_registry;
-    mag_registry.next->prev = tc;
-    mag_registry.next = tc;
-    mag_folded.threads_ever++;
-  }
-}
 
 static void mag_no_hook(void) {}
 
@@ -154,6 +145,13 @@ void mag_init(void) {
     report_fatal("no pthread key for thread exit", NULL, 0);
 }
 
+/* Pushes tc onto a list of the registry's (pending or leaving) through its field at link. */
+static void mag_registry_push(tcache_t **list, tcache_t *tc, tcache_t **link) {
+  *link = __atomic_load_n(list, __ATOMIC_RELAXED);
+  while (!__atomic_compare_exchange_n(list, link, tc, true, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+  }
+}
+
 /* Makes the calling thread's tcache; falls back to tcache_dead when memory is exhausted. Takes
    no lock of the registry's (but once, for the first thread on the CPUs' magazines: their
    setup, mag_percpu.c): the tcache goes onto mag_registry_pending. Threads that start
@@ -176,10 +174,7 @@ static tcache_t *mag_thread_start(void) {
   tc->sample_left = mag_sample_countdown();
   tc->stack = (uintptr_t)__builtin_frame_address(0);
   tc->tid = os_thread_id();
-  tc->next = __atomic_load_n(&mag_registry_pending, __ATOMIC_RELAXED);
-  while (!__atomic_compare_exchange_n(&mag_registry_pending, &tc->next, tc, true, __ATOMIC_RELEASE,
-                                      __ATOMIC_RELAXED)) {
-  }
+  mag_registry_push(&mag_registry_pending, tc, &tc->next);
   mag_tls = tc; /* before pthread_setspecific, which may allocate */
   pthread_setspecific(mag_key, tc);
   return tc;
@@ -601,20 +596,59 @@ static void mag_sum_thread(mag_totals_t *sum, tcache_t *tc) {
   sum->large_frees += STAT_READ(tc->large_frees);
 }
 
+/* With mag_registry_lock held: links in the threads that started, then takes out those that
+   exited. Leaving first: a thread pushes its tcache onto the pending list before the leaving
+   one, so one taken from the leaving list is either linked already or on the pending list
+   taken next. */
+static void mag_registry_settle(void) {
+  tcache_t *left = __atomic_exchange_n(&mag_registry_leaving, NULL, __ATOMIC_ACQUIRE);
+  tcache_t *tc = __atomic_exchange_n(&mag_registry_pending, NULL, __ATOMIC_ACQUIRE);
+  for (tcache_t *next; tc; tc = next) {
+    next = tc->next;
+    tc->next = mag_registry.next;
+    tc->prev = &mag_registry;
+    mag_registry.next->prev = tc;
+    mag_registry.next = tc;
+    mag_folded.threads_ever++;
+  }
+  for (tcache_t *next; left; left = next) { /* its object caches' magazines, counts, memory */
+    next = left->leaving;
+    mag_slots_to_depot(left);
+    left->prev->next = left->next;
+    left->next->prev = left->prev;
+    mag_sum_thread(&mag_folded, left);
+    mag_slots_unmap(left);
+    meta_free(left->cpus ? &tcache_cpu_pool : &tcache_pool, left);
+  }
+}
+
+void mag_registry_enter(void) {
+  lock_acquire(&mag_registry_lock);
+  mag_registry_settle();
+}
+
+void mag_registry_leave(void) {
+  lock_release(&mag_registry_lock);
+  /* threads that exited while it was held: taken out now, unless another holds it again */
+  if (__atomic_load_n(&mag_registry_leaving, __ATOMIC_RELAXED) && lock_try(&mag_registry_lock)) {
+    mag_registry_settle();
+    lock_release(&mag_registry_lock);
+  }
+}
+
+/* A thread's exit: its magazines go to the depots; its tcache leaves the registry now where the
+   lock is free, else when its holder lets it go (mag_registry_leave): an exit never waits. */
 void mag_thread_exit(void *arg) {
   tcache_t *tc = arg;
   mag_thread_flush(tc);
-  mag_registry_enter(); /* links tc too, if it is still pending */
-  mag_slots_to_depot(tc);
-  tc->prev->next = tc->next;
-  tc->next->prev = tc->prev;
-  __atomic_sub_fetch(&mag_threads_live, 1, __ATOMIC_RELAXED);
-  mag_sum_thread(&mag_folded, tc);
-  lock_release(&mag_registry_lock);
-  mag_slots_unmap(tc);
   prof_clock_thread_exit();
   mag_tls = &tcache_dead;
-  meta_free(tc->cpus ? &tcache_cpu_pool : &tcache_pool, tc);
+  __atomic_sub_fetch(&mag_threads_live, 1, __ATOMIC_RELAXED);
+  mag_registry_push(&mag_registry_leaving, tc, &tc->leaving);
+  if (lock_try(&mag_registry_lock)) {
+    mag_registry_settle();
+    mag_registry_leave();
+  }
 }
 
 void mag_totals(mag_totals_t *out) {
@@ -625,7 +659,7 @@ void mag_totals(mag_totals_t *out) {
     mag_sum_thread(out, tc);
     out->threads_live++;
   }
-  lock_release(&mag_registry_lock);
+  mag_registry_leave();
 }
 
 size_t mag_thread_rows(mag_thread_row_t *rows, size_t max) {
@@ -652,7 +686,7 @@ size_t mag_thread_rows(mag_thread_row_t *rows, size_t max) {
       if (rows[i].allocs + rows[i].frees < rows[least].allocs + rows[least].frees) least = i;
     if (r.allocs + r.frees > rows[least].allocs + rows[least].frees) rows[least] = r;
   }
-  lock_release(&mag_registry_lock);
+  mag_registry_leave();
   return n;
 }
 
@@ -672,7 +706,7 @@ size_t mag_thread_stacks(uintptr_t *stacks, uint32_t *tids, size_t max) {
       stacks[n] = tc->stack;
       tids[n++] = tc->tid;
     }
-  lock_release(&mag_registry_lock);
+  mag_registry_leave();
   return n;
 }
 
@@ -685,7 +719,7 @@ void mag_fork_prepare(void) {
 
 void mag_fork_parent(void) {
   mag_cpu_unlock_all(mag_cpu_count());
-  lock_release(&mag_registry_lock);
+  mag_registry_leave();
 }
 
 /* In the child only the forking thread exists: the other threads' caches are gone with them
@@ -695,8 +729,9 @@ bool mag_fork_child(void) {
   lock_init(&mag_registry_lock);
   mag_cpu_reset_locks();
   tcache_t *self = mag_tls;
-  bool others = mag_registry_pending != NULL; /* threads that started during the fork */
-  mag_registry_pending = NULL;
+  /* threads that started or exited during the fork */
+  bool others = mag_registry_pending != NULL || mag_registry_leaving != NULL;
+  mag_registry_pending = mag_registry_leaving = NULL;
   for (tcache_t *tc = mag_registry.next, *next; tc != &mag_registry; tc = next) {
     next = tc->next;
     if (tc != self) {

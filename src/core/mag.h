@@ -87,7 +87,10 @@ typedef struct tcache {
   lock_t lock;  /* the owner's slow paths, mag_reclaim */
   uint64_t bytes_requested; /* sum of malloc sizes (small and large) */
   uint64_t large_allocs, large_frees;
-  int64_t sample_left;             /* allocations until the next sampled one (sample.c) */
+  union {
+    int64_t sample_left;    /* allocations until the next sampled one (sample.c) */
+    struct tcache *leaving; /* its thread exited: on the registry's leaving list (mag.c) */
+  };
   uint32_t misses;                 /* slow paths taken (lock) */
   uint32_t misses_seen;            /* misses at the last mag_reclaim (lock) */
   cache_slot_t *slots;             /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */

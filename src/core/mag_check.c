@@ -109,7 +109,7 @@ void mag_check(void) {
       mag_check_own(NULL, tc, c);
     lock_release(&tc->lock);
   }
-  lock_release(&mag_registry_lock);
+  mag_registry_leave();
 
   if (own) lock_acquire(&self->lock);
   unsigned ncpus = mag_cpu_lock_all();            /* records set up after this are not checked */

@@ -16,9 +16,11 @@
 /* mag.c: the registry of live thread caches, a circular list through mag_registry. */
 extern lock_t mag_registry_lock;
 extern tcache_t mag_registry;
-/* Takes mag_registry_lock and links in the threads that started since (mag.c): a walk of the
-   registry begins here, and lock_release(&mag_registry_lock) ends it. */
+/* Takes mag_registry_lock, links in the threads that started since and takes out those that
+   exited (mag.c): a walk of the registry begins here, and mag_registry_leave ends it, taking
+   out the threads that exited meanwhile. */
 void mag_registry_enter(void);
+void mag_registry_leave(void);
 
 tcache_t *mag_self(void); /* the calling thread's tcache, made on its first call */
 

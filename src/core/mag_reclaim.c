@@ -105,5 +105,5 @@ void mag_reclaim(bool all) {
       lock_release(&batch[i]->lock);
     }
   }
-  lock_release(&mag_registry_lock);
+  mag_registry_leave();
 }

@@ -85,7 +85,7 @@ void mag_cache_drain(cache_t *cp) {
       __atomic_store_n(&s->cache, NULL, __ATOMIC_RELAXED);
     }
   }
-  lock_release(&mag_registry_lock);
+  mag_registry_leave();
 }
 
 void mag_slots_to_depot(tcache_t *tc) {
@@ -110,7 +110,7 @@ void mag_cache_counts(cache_t *cp, uint64_t *allocs, uint64_t *frees) {
       *allocs += STAT_READ(s->own.count.allocs);
       *frees += STAT_READ(s->own.count.frees);
     }
-  lock_release(&mag_registry_lock);
+  mag_registry_leave();
 }
 
 void mag_slots_unmap(tcache_t *tc) {

@@ -22,9 +22,10 @@
  *     they go back with the slab lock free, no object on them is handed out meanwhile, and
  *     one of them freed meanwhile is reported as a double free (the linker wraps
  *     os_purge_list_run: tests/unit/CMakeLists.txt);
- *   - a thread starts while another holds the registry's lock, and is counted once.
+ *   - a thread starts and exits while another holds the registry's lock, counted once.
  * Malloc's magazines are per thread here (percpu=0); tests/unit/percpu.c tests the per-CPU ones.
  */
+#define _GNU_SOURCE /* pthread_timedjoin_np */
 #include "cache.h"
 #include "depot.h"
 #include "fastpath.h"
@@ -39,6 +40,7 @@
 #include "unit.h"
 
 #include <pthread.h>
+#include <time.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -451,8 +453,9 @@ static void *starter(void *arg) {
 static void no_reap(void) {}
 
 /* A thread starts (makes its tcache) while this one holds the registry's lock, as the reaper,
-   a report or a crowd of exiting threads may: it takes none (mag.c), and the lock's next
-   holder links it in, counted once. The reap a slow path may run (mag_miss_hook), which walks
+   a report or another thread's exit may: it takes none (mag.c), and the lock's next holder
+   links it in, counted once; it exits while the lock is held, without waiting, and leaves the
+   registry as the lock is let go. The reap a slow path may run (mag_miss_hook), which walks
    the registry, is kept out meanwhile. */
 static void start_unlocked(void) {
   mag_totals_t before, after;
@@ -467,13 +470,20 @@ static void start_unlocked(void) {
     os_sleep_ms(1);
   bool started = __atomic_load_n(&starter_state, __ATOMIC_ACQUIRE) == 1;
   lock_release(&mag_registry_lock);
-  mag_miss_hook = reap;
   UCHECK(started);
   mag_totals(&after);
   UCHECK(after.threads_ever == before.threads_ever + 1 &&
          after.threads_live == before.threads_live + 1);
+  lock_acquire(&mag_registry_lock);
   __atomic_store_n(&starter_state, 2, __ATOMIC_RELEASE);
-  UCHECK(pthread_join(t, NULL) == 0);
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += 5;
+  int exited = pthread_timedjoin_np(t, NULL, &deadline);
+  mag_registry_leave();
+  if (exited != 0) UCHECK(pthread_join(t, NULL) == 0);
+  UCHECK(exited == 0); /* the exit did not wait for the lock */
+  mag_miss_hook = reap;
   mag_totals(&after);
   UCHECK(after.threads_ever == before.threads_ever + 1 &&
          after.threads_live == before.threads_live);
