@@ -105,6 +105,9 @@ tcache_t mag_registry = {.next = &mag_registry, .prev = &mag_registry};
    exiting thread that finds the lock taken leaves its own there instead of waiting, and the
    lock's next holder takes them out of the registry. */
 static tcache_t *mag_registry_pending, *mag_registry_leaving;
+/* Tcaches taken out of the registry, whose memory goes back once its lock is let go
+   (mag_registry_lock; linked through leaving). */
+static tcache_t *mag_registry_retired;
 /* Counts of exited threads, and those folded out of live threads' 32-bit per-CPU-layout counts
    (mag_registry_lock). */
 static mag_totals_t mag_folded;
@@ -611,14 +614,14 @@ static void mag_registry_settle(void) {
     mag_registry.next = tc;
     mag_folded.threads_ever++;
   }
-  for (tcache_t *next; left; left = next) { /* its object caches' magazines, counts, memory */
+  for (tcache_t *next; left; left = next) { /* its object caches' magazines and counts */
     next = left->leaving;
     mag_slots_to_depot(left);
     left->prev->next = left->next;
     left->next->prev = left->prev;
     mag_sum_thread(&mag_folded, left);
-    mag_slots_unmap(left);
-    meta_free(left->cpus ? &tcache_cpu_pool : &tcache_pool, left);
+    left->leaving = mag_registry_retired;
+    mag_registry_retired = left;
   }
 }
 
@@ -628,11 +631,19 @@ void mag_registry_enter(void) {
 }
 
 void mag_registry_leave(void) {
-  lock_release(&mag_registry_lock);
-  /* threads that exited while it was held: taken out now, unless another holds it again */
-  if (__atomic_load_n(&mag_registry_leaving, __ATOMIC_RELAXED) && lock_try(&mag_registry_lock)) {
-    mag_registry_settle();
+  for (;;) {
+    tcache_t *retired = mag_registry_retired;
+    mag_registry_retired = NULL;
     lock_release(&mag_registry_lock);
+    for (tcache_t *next; retired; retired = next) { /* memory back, a munmap perhaps: unlocked */
+      next = retired->leaving;
+      mag_slots_unmap(retired);
+      meta_free(retired->cpus ? &tcache_cpu_pool : &tcache_pool, retired);
+    }
+    /* threads that exited while it was held: taken out now, unless another holds it again */
+    if (!__atomic_load_n(&mag_registry_leaving, __ATOMIC_RELAXED) || !lock_try(&mag_registry_lock))
+      return;
+    mag_registry_settle();
   }
 }
 
@@ -731,7 +742,7 @@ bool mag_fork_child(void) {
   tcache_t *self = mag_tls;
   /* threads that started or exited during the fork */
   bool others = mag_registry_pending != NULL || mag_registry_leaving != NULL;
-  mag_registry_pending = mag_registry_leaving = NULL;
+  mag_registry_pending = mag_registry_leaving = mag_registry_retired = NULL;
   for (tcache_t *tc = mag_registry.next, *next; tc != &mag_registry; tc = next) {
     next = tc->next;
     if (tc != self) {
