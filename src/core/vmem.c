@@ -335,11 +335,11 @@ static vmem_seg_t *vmem_import(vmem_t *vm, size_t size, size_t align, bool own,
   vm->unlocked--;
   lock_pending_end();
   vmem_seg_t *fit = vmem_find(vm, size, align);
-  *spare = (vmem_spare_t){NULL, 0, NULL, NULL, true};
-  if (!mem || fit) {
+  if (!mem || fit) { /* what was mapped (if anything) goes back */
     *spare = (vmem_spare_t){mem, span, marker, seg, true};
     return fit;
   }
+  *spare = (vmem_spare_t){NULL, 0, NULL, NULL, true};
   marker->start = seg->start = (uintptr_t)mem;
   marker->size = seg->size = span;
   marker->type = VMEM_SPAN;
