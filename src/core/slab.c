@@ -307,8 +307,7 @@ static void slab_wake_hold(cache_t *cp, slab_t *s, void *const *out, unsigned fr
     *wake = (slab_wake_t){.s = s, .lo = UINT32_MAX, .next = cp->waking};
     cp->waking = wake;
     s->giving++;
-    cp->giving_back++;
-    lock_pending_begin();
+    lock_pending_begin(&cp->giving_back, 1);
   }
   wake->chunks |= chunks;
   uint32_t first, last;
@@ -376,8 +375,7 @@ static void slab_wake_settle(cache_t *cp, slab_wake_t *wake) {
   s->used -= wake->held; /* the refill's own objects keep it above zero */
   s->hollow &= ~wake->chunks;
   s->giving--;
-  cp->giving_back--;
-  lock_pending_end();
+  lock_pending_end(&cp->giving_back, 1);
   slab_wake_t **at = &cp->waking;
   while (*at != wake)
     at = &(*at)->next;
@@ -582,8 +580,7 @@ static unsigned slab_give_take(cache_t *cp, slab_give_t *give, slab_t *from, boo
     s = s->next == cp->partial ? NULL : s->next;
   }
   *lap = s == NULL;
-  cp->giving_back += n;
-  if (n) lock_pending_begin();
+  if (n) lock_pending_begin(&cp->giving_back, n);
   return n;
 }
 
@@ -616,8 +613,7 @@ static size_t slab_give_settle(cache_t *cp, const slab_give_t *give, unsigned n,
     else if (!s->listed)
       slab_list(cp, s);
   }
-  cp->giving_back -= n;
-  lock_pending_end(); /* n > 0: a give-back's settle */
+  lock_pending_end(&cp->giving_back, n); /* n > 0: a give-back's settle */
   return given;
 }
 

@@ -322,8 +322,7 @@ static vmem_seg_t *vmem_import(vmem_t *vm, size_t size, size_t align, bool own,
   size_t span_align = align > vm->import_align ? align : vm->import_align;
   if (!vm->import) return NULL;
   vm->importing = 1;
-  vm->unlocked++;
-  lock_pending_begin();
+  lock_pending_begin(&vm->unlocked, 1);
   lock_release(&vm->lock);
   INJECT(INJECT_UNLOCKED);
   vmem_seg_t *marker = meta_alloc(&vmem_seg_pool), *seg = meta_alloc(&vmem_seg_pool);
@@ -332,8 +331,7 @@ static vmem_seg_t *vmem_import(vmem_t *vm, size_t size, size_t align, bool own,
   void *mem = marker && seg ? vm->import(vm->source, span, span_align, &clean, &backing) : NULL;
   lock_acquire(&vm->lock);
   vm->importing = 0;
-  vm->unlocked--;
-  lock_pending_end();
+  lock_pending_end(&vm->unlocked, 1);
   vmem_seg_t *fit = vmem_find(vm, size, align);
   if (!mem || fit) { /* what was mapped (if anything) goes back */
     *spare = (vmem_spare_t){mem, span, marker, seg, true};
@@ -499,8 +497,7 @@ static void seg_free(vmem_t *vm, vmem_seg_t *s, vmem_jobs_t *jobs) {
    segments, which may release spans: those are done in the same way. */
 static void jobs_run(vmem_t *vm, vmem_jobs_t *jobs) {
   if (!jobs->n) return;
-  vm->unlocked++;
-  lock_pending_begin();
+  lock_pending_begin(&vm->unlocked, 1);
   while (jobs->n) {
     lock_release(&vm->lock);
     INJECT(INJECT_GIVE_BACK);
@@ -524,8 +521,7 @@ static void jobs_run(vmem_t *vm, vmem_jobs_t *jobs) {
       seg_settle(vm, purged[i], jobs);
     }
   }
-  vm->unlocked--;
-  lock_pending_end();
+  lock_pending_end(&vm->unlocked, 1);
 }
 
 void vmem_free(vmem_t *vm, void *addr, size_t size) {

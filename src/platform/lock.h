@@ -95,15 +95,17 @@ static inline void lock_acquire(lock_t *l) {
    prepare handler takes such locks so: the child would keep that work half done. */
 void lock_acquire_settled(lock_t *l, const unsigned *pending);
 
-/* Such work begins (ends) where the caller raises (lowers) the pending count, under l: from
-   then on the calling thread counts as holding a lock, with l let go too, so that a fork from
-   a signal handler that interrupts the work takes nothing (fork.c theory 3) instead of waiting
-   in lock_acquire_settled for the very thread it interrupted. */
-static inline void lock_pending_begin(void) {
+/* Such work begins (ends), l held, by adding n to (taking n from) its pending count: from then
+   on the calling thread counts as holding a lock, with l let go too, so that a fork from a
+   signal handler that interrupts the work takes nothing (fork.c theory 3) instead of waiting in
+   lock_acquire_settled for the very thread it interrupted. */
+static inline void lock_pending_begin(unsigned *pending, unsigned n) {
+  *pending += n;
   lock_count(1);
 }
 
-static inline void lock_pending_end(void) {
+static inline void lock_pending_end(unsigned *pending, unsigned n) {
+  *pending -= n;
   lock_count(-1);
 }
 
