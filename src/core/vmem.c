@@ -5,10 +5,11 @@
  *   1. An arena manages address ranges in units of its quantum. It imports spans from a parent
  *      through the import/release functions it was given (the OS for the heap arena, a fake in
  *      tests) and hands out segments of them.
- *   2. Boundary tags: every span, free range and allocated range is a segment tag on one list
- *      in address order, each span's segments right after its VMEM_SPAN marker. Freeing
- *      coalesces with the free neighbours on that list; the markers stop coalescing at span
- *      boundaries, so a wholly free span is one FREE segment right after its marker.
+ *   2. Boundary tags: every span, free range and allocated range is a segment tag on one list,
+ *      each span's segments in address order right after its VMEM_SPAN marker (the spans in
+ *      the order they joined the arena). Freeing coalesces with the free neighbours on that
+ *      list; the markers stop coalescing at span boundaries, so a wholly free span is one FREE
+ *      segment right after its marker.
  *   3. Instant fit: free list i holds free segments of [2^i, 2^(i+1)) bytes, most recently
  *      freed first. A request of size s first looks (bounded) at list floor(log2 s), where
  *      freed segments of about its size return - reusing them reuses resident pages - then
@@ -61,8 +62,11 @@
  *      for it without the lock and look again, so that a crowd maps one span, not one each,
  *      and only threads that need new memory wait at all. An importer that, under the lock
  *      again, finds room a free made meanwhile takes it and gives its span back untouched,
- *      after the lock. `unlocked` counts the threads between, so that fork's prepare can wait
- *      for them (lock_acquire_settled).
+ *      after the lock. Remapping runs outside the lock as well (mremap moves a big block's page
+ *      tables): the span leaves the address list and the counts (an allocated one the hash, a
+ *      free one its list) where nothing finds it, and comes back, moved or not, at the list's
+ *      end; a regrow stands for an import (`importing`). `unlocked` counts the threads between,
+ *      so that fork's prepare can wait for them (lock_acquire_settled).
  */
 #include "vmem.h"
 #include "meta.h"
@@ -220,18 +224,47 @@ static vmem_seg_t *seg_split(vmem_seg_t *s, size_t offset) {
 
 /* ---- finding space ---- */
 
-/* Resizes the span that segment s fills (neither listed nor hashed now) through the parent;
-   false, with nothing changed, if the parent cannot. */
+/* Adds the counts of a whole span, s its one segment (in: it joins the arena), or takes them
+   away (it leaves). */
+static void span_count(vmem_t *vm, vmem_seg_t *s, bool in) {
+  size_t alloc = s->type == VMEM_ALLOC ? s->size : 0;
+  size_t dirty = s->type == VMEM_FREE && !s->clean ? s->size : 0;
+  if (in) {
+    vm->imported += s->size;
+    vm->in_use += alloc;
+    vm->dirty += dirty;
+    s->aprev->used = alloc;
+  } else {
+    vm->imported -= s->size;
+    vm->in_use -= alloc;
+    vm->dirty -= dirty;
+  }
+}
+
+/* Resizes the whole span that segment s fills (neither listed nor hashed now) through the
+   parent, the lock let go meanwhile (theory 10): the span leaves the address list and the
+   counts, where nothing finds it, and comes back, moved or not, at the list's end. Returns
+   with the lock held; false if the parent could not (the span as it was). */
 static bool span_remap(vmem_t *vm, vmem_seg_t *s, size_t new_size) {
   vmem_seg_t *marker = s->aprev;
+  marker->aprev->anext = s->anext;
+  s->anext->aprev = marker->aprev;
+  span_count(vm, s, false);
+  lock_pending_begin(&vm->unlocked, 1);
+  lock_release(&vm->lock);
+  INJECT(INJECT_UNLOCKED);
   void *moved = vm->remap(vm->source, (void *)s->start, s->size, new_size);
-  if (!moved) return false;
-  vm->imported += new_size - s->size;
-  if (s->type == VMEM_ALLOC) marker->used += new_size - s->size;
-  marker->start = s->start = (uintptr_t)moved;
-  marker->size = s->size = new_size;
-  s->clean = 0;
-  return true;
+  lock_acquire(&vm->lock);
+  lock_pending_end(&vm->unlocked, 1);
+  if (moved) {
+    marker->start = s->start = (uintptr_t)moved;
+    marker->size = s->size = new_size;
+    s->clean = 0; /* resident or not, it is no longer known zero */
+  }
+  seg_link_after(vm->segs.aprev, marker);
+  seg_link_after(marker, s);
+  span_count(vm, s, true);
+  return moved != NULL;
 }
 
 static bool seg_fits(const vmem_seg_t *s, size_t size, size_t align) {
@@ -281,27 +314,6 @@ static bool whole_span(const vmem_seg_t *s) {
   return s->aprev->type == VMEM_SPAN && s->aprev->size == s->size;
 }
 
-/* For a VMEM_OWN request that no free segment fits: the largest wholly free span (of those a
-   bounded search sees), remapped to size and listed again; NULL if there is none. */
-static vmem_seg_t *span_regrow(vmem_t *vm, size_t size) {
-  vmem_seg_t *best = NULL;
-  int budget = VMEM_SEARCH_MAX;
-  for (unsigned i = vmem_log2(size) + 1; i-- > 0 && !best && budget > 0;)
-    for (vmem_seg_t *s = vm->free_list[i]; s && budget-- > 0; s = s->lnext)
-      if (whole_span(s) && (!best || s->size > best->size)) best = s;
-  if (!best) return NULL;
-  free_remove(vm, best);
-  size_t old = best->size;
-  bool was_clean = best->clean;
-  if (!span_remap(vm, best, size)) {
-    free_insert(vm, best);
-    return NULL;
-  }
-  vm->dirty += was_clean ? size : size - old; /* resident or not, it is no longer known zero */
-  free_insert(vm, best);
-  return best;
-}
-
 /* A span mapped for a request that found no room, which the request did not need after all:
    given back to the parent once the lock is let go. */
 typedef struct vmem_spare {
@@ -310,6 +322,27 @@ typedef struct vmem_spare {
   vmem_seg_t *marker, *seg;
   bool wake; /* threads wait for the import that ended: wake them */
 } vmem_spare_t;
+
+/* For a VMEM_OWN request that no free segment fits, with no import under way: the largest
+   wholly free span (of those a bounded search sees), remapped to size as an import maps one
+   (`importing` set, the lock let go: theory 10) and listed again; NULL, the lock held
+   throughout, if there is none, or, the lock let go, if the parent could not remap it. The
+   threads that waited meanwhile are woken with *spare. */
+static vmem_seg_t *span_regrow(vmem_t *vm, size_t size, vmem_spare_t *spare) {
+  vmem_seg_t *best = NULL;
+  int budget = VMEM_SEARCH_MAX;
+  for (unsigned i = vmem_log2(size) + 1; i-- > 0 && !best && budget > 0;)
+    for (vmem_seg_t *s = vm->free_list[i]; s && budget-- > 0; s = s->lnext)
+      if (whole_span(s) && (!best || s->size > best->size)) best = s;
+  if (!best) return NULL;
+  free_remove(vm, best);
+  vm->importing = 1;
+  spare->wake = true;
+  bool grown = span_remap(vm, best, size);
+  vm->importing = 0;
+  free_insert(vm, best);
+  return grown ? best : NULL;
+}
 
 /* With the lock held, no free segment fitting size at align and no other import under way:
    imports a span without the lock (theory 10) and returns, the lock held again, the free
@@ -386,12 +419,12 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   vmem_seg_t *s;
   for (;;) {
     s = vmem_find(vm, size, align);
-    if (!s && own && align == q && vm->remap) s = span_regrow(vm, size);
     if (s || !vm->importing) break;
     lock_release(&vm->lock); /* another thread imports: wait for it, then look again */
     os_futex_wait(&vm->importing, 1);
     lock_acquire(&vm->lock);
   }
+  if (!s && own && align == q && vm->remap) s = span_regrow(vm, size, &spare);
   if (!s && !(s = vmem_import(vm, size, align, own, &spare))) goto fail;
   free_remove(vm, s);
   uintptr_t start = (s->start + align - 1) & ~(uintptr_t)(align - 1);
@@ -559,10 +592,7 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
   void *result = NULL;
   if (vm->remap && whole_span(s)) {
     hash_remove(vm, s);
-    if (span_remap(vm, s, new_size)) {
-      vm->in_use += new_size - old_size;
-      result = (void *)s->start;
-    }
+    if (span_remap(vm, s, new_size)) result = (void *)s->start;
     hash_insert(vm, s);
   } else if (new_size < old_size) {
     vmem_seg_t *tail = seg_split(s, new_size); /* an ALLOC tag outside the hash */

@@ -2,10 +2,10 @@
  * vmem against a fake parent: randomised allocations (sizes, alignments, own spans) and frees,
  * each block stamped at both ends and checked at free (no overlap), the arena's invariants
  * checked after every operation (vmem_check), in-place resize, quantum caches, that a full
- * reap gives every imported span back to the parent, that pages go back and spans come in with
- * the arena's lock free (the linker wraps os_purge_list_run here: tests/unit/CMakeLists.txt),
- * threads that import at once keeping one span; and that a purge list zeroes the pages it
- * lists and no other, in batches and one by one.
+ * reap gives every imported span back to the parent, that pages go back and spans come in and
+ * are remapped with the arena's lock free (the linker wraps os_purge_list_run here:
+ * tests/unit/CMakeLists.txt), threads that import at once keeping one span; and that a purge
+ * list zeroes the pages it lists and no other, in batches and one by one.
  */
 #include "vmem.h"
 #include "os.h"
@@ -118,9 +118,30 @@ static void fake_release(void *source, void *addr, size_t size) {
   f->released += size;
 }
 
-/* Moves a span to fresh address space, as mremap may (the old range stays reserved). */
+/* Remaps in the watched arena: how many; whether the next allocates a page meanwhile, and
+   what it got. */
+static int remaps;
+static bool remap_allocates;
+static unsigned char *during_remap;
+
+/* Moves a span to fresh address space, as mremap may (the old range stays reserved). In the
+   watched arena, with its lock free, the arena's counts agree with its segments meanwhile (the
+   span out of both), and an allocation gets other space. */
 static void *fake_remap(void *source, void *addr, size_t old_size, size_t new_size) {
   fake_parent_t *f = source;
+  if (watched) {
+    bool unlocked = watched_unlocked();
+    remaps++;
+    calls_locked += !unlocked;
+    if (unlocked) vmem_check(watched);
+    if (remap_allocates && unlocked) {
+      bool clean;
+      during_remap = vmem_alloc(watched, OS_PAGE, OS_PAGE, 0, &clean);
+      uintptr_t q = (uintptr_t)during_remap, p = (uintptr_t)addr;
+      UCHECK(q && (q + OS_PAGE <= p || q >= p + old_size));
+    }
+    remap_allocates = false;
+  }
   int i = 0;
   while (i < f->nspans && f->spans[i].start != (uintptr_t)addr)
     i++;
@@ -260,6 +281,43 @@ static void import_test(fake_parent_t *parent) {
   UCHECK(vm.imported == 0 && parent->nspans == spans);
 }
 
+/* Remaps run with the arena's lock free (vmem.c theory 10): a block with a span of its own
+   grown in place of a copy, and a wholly free span regrown for a request of its own that
+   nothing fits. */
+static void remap_test(fake_parent_t *parent) {
+  static vmem_t vm;
+  const size_t page = OS_PAGE;
+  bool clean;
+  int spans = parent->nspans;
+  vmem_init(&vm, "remap", OS_PAGE, fake_import, fake_release, parent, (size_t)1 << 20, OS_PAGE);
+  vm.remap = fake_remap;
+  vm.release_unlocked = true;
+  vm.retain = (size_t)64 << 20; /* a wholly free span stays, to be regrown */
+  unsigned char *a = vmem_alloc(&vm, 4 * page, OS_PAGE, VMEM_OWN, &clean); /* a span of its own */
+  void *small = vmem_alloc(&vm, page, OS_PAGE, 0, &clean);                 /* a span with room */
+  UCHECK(a && small && parent->nspans == spans + 2);
+  memset(a, 7, 4 * page);
+  watched = &vm;
+  calls_locked = remaps = 0;
+  remap_allocates = true;
+  unsigned char *b = vmem_resize(&vm, a, 4 * page, 64 * page);
+  vmem_check(&vm);
+  UCHECK(b && b != a && b[0] == 7 && b[4 * page - 1] == 7 && during_remap);
+  UCHECK(remaps == 1 && calls_locked == 0 && vm.unlocked == 0 && vm.in_use == 66 * page);
+  vmem_free(&vm, b, 64 * page); /* its span stays, wholly free */
+  void *c = vmem_alloc(&vm, 512 * page, OS_PAGE, VMEM_OWN, &clean); /* more than any room */
+  vmem_check(&vm);
+  UCHECK(c && !clean && remaps == 2 && calls_locked == 0 && vm.unlocked == 0);
+  UCHECK(parent->nspans == spans + 2 && vm.in_use == 514 * page && !vm.importing);
+  watched = NULL;
+  vmem_free(&vm, c, 512 * page);
+  vmem_free(&vm, small, page);
+  vmem_free(&vm, during_remap, page);
+  vmem_reap(&vm, 0, true);
+  vmem_check(&vm);
+  UCHECK(vm.imported == 0 && parent->nspans == spans);
+}
+
 /* Lists every other page of a written mapping, more than a batch, in a purge list of batch
    ranges a call: the listed pages read zero afterwards, the others keep their bytes. */
 static void purge_list_check(size_t batch) {
@@ -366,6 +424,7 @@ int main(void) {
   pack_test(&parent);
   unlocked_test(&parent);
   import_test(&parent);
+  remap_test(&parent);
   printf("vmem: ok (peak %zu bytes imported for %zu in use)\n", peak_imported, peak_in_use);
   return 0;
 }
