@@ -40,8 +40,9 @@
  *      beyond its recent peak demand (the most bytes in slabs at any of the last HP_HISTORY
  *      reaps), so a heap that breathes keeps its huge pages; not when the reap keeps nothing
  *      (the program went quiet, or retain=0), nor for malloc_trim: then all goes back, as it
- *      does on 4 KiB pages. A subreleased huge page is marked MADV_NOHUGEPAGE, or khugepaged
- *      would fill its holes and make it whole again. hugetlb pages are never subreleased.
+ *      does on 4 KiB pages. A subreleased huge page is marked MADV_NOHUGEPAGE (before the
+ *      purge, outside the arena's lock: hp_split), or khugepaged would fill its holes and make it
+ *      whole again. hugetlb pages are never subreleased.
  *   5. Slabs give back pages inside themselves too, when the reap keeps nothing (slab.c theory
  *      6): the huge page they lie on counts those bytes as hollow, is subreleased as in theory 4,
  *      and is dense for theory 3 only by its slabs' bytes less the hollow ones, so a collapse
@@ -127,12 +128,17 @@ static bool hp_subreleased(vmem_seg_t *span) {
   return true;
 }
 
-/* A purge inside a slab huge page is a subrelease when the page is not wholly free. */
-static void hp_purging(void *source, vmem_seg_t *span, void *addr, size_t size) {
+/* A purge inside a slab huge page is a subrelease when the page is not wholly free; the page
+   is split (hp_split, without the lock) before the first. */
+static bool hp_purging(void *source, vmem_seg_t *span, void *addr, size_t size) {
   (void)source;
   (void)addr;
-  if (size != span->size && hp_subreleased(span))
-    os_advise_huge((void *)span->start, span->size, false);
+  return size != span->size && hp_subreleased(span);
+}
+
+static void hp_split(void *source, void *span_start, size_t span_size) {
+  (void)source;
+  hugepage_split(&(hugepage_split_t){span_start, span_size});
 }
 
 bool hugepage_slab_hollow(const void *slab, ptrdiff_t bytes, hugepage_split_t *split) {
@@ -157,6 +163,7 @@ void hugepage_init(void) {
   vmem_init(&slab_arena, "slab", OS_PAGE, hp_import, hp_release, NULL, OS_HUGE, OS_HUGE);
   slab_arena.pack = true;
   slab_arena.purging = hp_purging;
+  slab_arena.split = hp_split;
   hugepage_options();
 }
 

@@ -20,7 +20,7 @@
  *      to at least the alignment, unless room appeared meanwhile (theory 10).
  *   4. Allocated segments are found again by start address through a hash table, which grows
  *      fourfold once it holds more segments than buckets (the new table mapped and the old one
- *      unmapped outside the lock: theory 10).
+ *      unmapped outside the lock: theory 10); the first table is part of the arena.
  *   5. Quantum caches: freed allocations of 1..VMEM_QCACHE_MAX quanta are kept (a few per size)
  *      as allocated segments and handed out again without splitting or coalescing.
  *   6. A request that finds no free space imports import_min bytes, or, flagged VMEM_OWN, a
@@ -82,16 +82,18 @@
 #define VMEM_FREE 2
 #define VMEM_ALLOC 3
 #define VMEM_PURGING 4
-#define VMEM_HASH_MIN 256  /* initial buckets; grows 4x past one segment per bucket */
 #define VMEM_SEARCH_MAX 16 /* segments examined by a bounded search */
 #define VMEM_JOBS 32       /* purges and releases taken out from under the lock at a time */
 
 /* Pages to give back outside the lock (theory 10): a free segment to purge (VMEM_PURGING
-   meanwhile), or a span already taken out of the arena, to release to the parent (seg NULL). */
+   meanwhile), or a span already taken out of the arena, to release to the parent (seg NULL);
+   and the span the owner splits first, if it asked (split_size 0: none). */
 typedef struct vmem_job {
   vmem_seg_t *seg;
   uintptr_t start;
   size_t size;
+  uintptr_t split_start;
+  size_t split_size;
 } vmem_job_t;
 typedef struct vmem_jobs {
   unsigned n;
@@ -115,6 +117,8 @@ void vmem_init(vmem_t *vm, const char *name, size_t quantum, vmem_import_t *impo
   vm->import_min = import_min;
   vm->import_align = import_align;
   vm->segs.anext = vm->segs.aprev = &vm->segs;
+  vm->hash = vm->hash_first;
+  vm->hash_size = VMEM_HASH_MIN;
 }
 
 /* ---- free lists, hash, address list ---- */
@@ -169,7 +173,7 @@ static void hash_grow(vmem_t *vm, size_t size) {
   size_t old_size = vm->hash_size;
   vmem_seg_t **old = old_size < size ? hash_move(vm, table, size) : table;
   lock_release(&vm->lock);
-  os_unmap(old, (old_size < size ? old_size : size) * sizeof *old);
+  if (old != vm->hash_first) os_unmap(old, (old_size < size ? old_size : size) * sizeof *old);
 }
 
 static void hash_insert(vmem_t *vm, vmem_seg_t *s) {
@@ -181,7 +185,7 @@ static void hash_insert(vmem_t *vm, vmem_seg_t *s) {
 }
 
 static vmem_seg_t *hash_find(vmem_t *vm, uintptr_t start) {
-  vmem_seg_t *s = vm->hash ? vm->hash[hash_index(vm, start)] : NULL;
+  vmem_seg_t *s = vm->hash[hash_index(vm, start)];
   while (s && s->start != start)
     s = s->lnext;
   return s;
@@ -411,11 +415,6 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
     *clean = false;
     return p;
   }
-  if (!vm->hash) { /* the first table, under the lock: nothing is found without one */
-    vmem_seg_t **table = os_map(VMEM_HASH_MIN * sizeof *table);
-    if (!table) goto fail;
-    hash_move(vm, table, VMEM_HASH_MIN);
-  }
   vmem_seg_t *s;
   for (;;) {
     s = vmem_find(vm, size, align);
@@ -501,7 +500,7 @@ static bool span_release(vmem_t *vm, vmem_seg_t *s, vmem_jobs_t *jobs) {
   if (!s->clean) vm->dirty -= s->size;
   vm->imported -= s->size;
   if (vm->release_unlocked)
-    jobs->job[jobs->n++] = (vmem_job_t){NULL, s->start, s->size};
+    jobs->job[jobs->n++] = (vmem_job_t){NULL, s->start, s->size, 0, 0};
   else
     vm->release(vm->source, (void *)s->start, s->size);
   seg_unlink(s);
@@ -543,6 +542,7 @@ static void jobs_run(vmem_t *vm, vmem_jobs_t *jobs) {
         vm->release(vm->source, (void *)j->start, j->size);
         continue;
       }
+      if (j->split_size) vm->split(vm->source, (void *)j->split_start, j->split_size);
       os_purge_list_add(&list, (void *)j->start, j->size);
       purged[n++] = j->seg;
     }
@@ -643,8 +643,9 @@ static size_t reap_take(vmem_t *vm, size_t keep_dirty, bool release_spans, vmem_
         s->clean = 1;
         vm->dirty -= size;
         given += size;
-        if (vm->purging) vm->purging(vm->source, s->span, (void *)s->start, size);
-        jobs->job[jobs->n++] = (vmem_job_t){s, s->start, size};
+        bool split = vm->purging && vm->purging(vm->source, s->span, (void *)s->start, size);
+        jobs->job[jobs->n++] =
+            (vmem_job_t){s, s->start, size, split ? s->span->start : 0, split ? s->span->size : 0};
       }
     }
   return given;

@@ -11,6 +11,7 @@
 #define VMEM_QCACHE_MAX 32  /* quantum caches serve 1..32 quanta */
 #define VMEM_QCACHE_DEPTH 4 /* segments each quantum cache may hold */
 #define VMEM_OWN 0x1        /* vmem_alloc flag: if it must import, a span of exactly its size */
+#define VMEM_HASH_MIN 256   /* the hash's first buckets; it grows 4x past one segment each */
 
 /* Returns a span of size bytes aligned to align; *clean says whether it is known zero, and
    *backing (0 unless set) goes into the span's marker for the arena's owner. Called without the
@@ -21,8 +22,10 @@ typedef void vmem_release_t(void *source, void *addr, size_t size);
 typedef void *vmem_remap_t(void *source, void *addr, size_t old_size, size_t new_size);
 typedef struct vmem_seg vmem_seg_t;
 /* Optional: the owner's record of a purge of free range [addr, addr + size) of span (its
-   marker), called under the arena's lock just before the pages go back outside it. */
-typedef void vmem_purging_t(void *source, vmem_seg_t *span, void *addr, size_t size);
+   marker), called under the arena's lock just before the pages go back outside it; true if the
+   span must first go through the owner's split, which then runs outside the lock too. */
+typedef bool vmem_purging_t(void *source, vmem_seg_t *span, void *addr, size_t size);
+typedef void vmem_split_t(void *source, void *span_start, size_t span_size);
 
 struct vmem_seg {
   uintptr_t start;
@@ -49,6 +52,7 @@ typedef struct vmem {
   vmem_release_t *release;
   vmem_remap_t *remap;     /* NULL: whole-span allocations resize like any other */
   vmem_purging_t *purging; /* NULL: the owner keeps no record of purges */
+  vmem_split_t *split;     /* what purging asks for, before the purge (with purging) */
   bool pack;               /* fullest span first; a wholly free span goes back at once */
   bool release_unlocked;   /* release spans outside the lock: the parent is the kernel */
   void *source;
@@ -57,6 +61,7 @@ typedef struct vmem {
   uint64_t free_map; /* bit i set iff free_list[i] is not empty */
   vmem_seg_t **hash; /* ALLOC segments by start address */
   size_t hash_size, hash_count;
+  vmem_seg_t *hash_first[VMEM_HASH_MIN]; /* the first table, in place: none to map */
   void *qcache[VMEM_QCACHE_MAX + 1][VMEM_QCACHE_DEPTH];
   uint8_t qcache_n[VMEM_QCACHE_MAX + 1];
   size_t imported;    /* bytes in spans */
