@@ -157,7 +157,7 @@ uint32_t depot_cap(cache_t *cp) {
   return __atomic_load_n(&cp->depot.cap, __ATOMIC_RELAXED);
 }
 
-mag_t *depot_empty_mag(cache_t *cp) {
+mag_t *depot_empty_mag(cache_t *cp, bool make) {
   depot_t *d = &cp->depot;
   depot_lock(d);
   mag_t *m = pop(&d->empty, &d->nempty, &d->empty_min);
@@ -165,10 +165,15 @@ mag_t *depot_empty_mag(cache_t *cp) {
   lock_release(&d->lock);
   if (m && m->cap == cap) return m;
   if (m) mag_destroy(m); /* made before the depot grew its magazines, or a thread's first */
-  return depot_mag_new(cap);
+  return make ? depot_mag_new(cap) : NULL;
 }
 
-mag_t *depot_free_exchange(cache_t *cp, mag_t *give) {
+void depot_stock(cache_t *cp) {
+  mag_t *m = depot_mag_new(depot_cap(cp));
+  if (m) depot_put(cp, m);
+}
+
+mag_t *depot_free_exchange(cache_t *cp, mag_t *give, bool make) {
   depot_t *d = &cp->depot;
   depot_lock(d);
   size_t kept = (size_t)d->nfull * d->cap * cp->size;
@@ -186,7 +191,7 @@ mag_t *depot_free_exchange(cache_t *cp, mag_t *give) {
   }
   if (m) push(&d->empty, &d->nempty, m); /* outdated size: let depot_empty_mag replace it */
   lock_release(&d->lock);
-  if (!(m = depot_empty_mag(cp))) return NULL;
+  if (!(m = depot_empty_mag(cp, make))) return NULL;
   depot_put(cp, give);
   return m;
 }

@@ -15,15 +15,19 @@ void depot_init(cache_t *cp, uint32_t cap, uint32_t cap_max);
 mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give, uint32_t taker);
 /* An empty magazine in exchange for `give` (a full one, its giver set); `give` itself, still full,
    when the depot keeps no more: the caller gives its rounds back to the slab layer; NULL (nothing
-   kept) if no empty magazine can be made. */
-mag_t *depot_free_exchange(cache_t *cp, mag_t *give);
+   kept) if the depot has no empty magazine and none can be made (make: may one be). */
+mag_t *depot_free_exchange(cache_t *cp, mag_t *give, bool make);
 /* A new empty magazine of cap rounds (a power of two up to MAG_CAP_MAX), NULL when out of
    memory. */
 mag_t *depot_mag_new(uint32_t cap);
 /* The size of the magazines the depot makes now (read without its lock). */
 uint32_t depot_cap(cache_t *cp);
-/* An empty magazine of the current size, NULL when out of memory. */
-mag_t *depot_empty_mag(cache_t *cp);
+/* An empty magazine of the current size: the depot's, or where make, a new one; NULL if none
+   (out of memory). A caller under a CPU's lock does not make one: a new magazine may map
+   metadata (meta.c), a system call (mag_percpu.c theory 5); it stocks the depot after. */
+mag_t *depot_empty_mag(cache_t *cp, bool make);
+/* Gives the depot a new empty magazine of its size (no lock held: it may map metadata). */
+void depot_stock(cache_t *cp);
 /* Takes a thread's magazine for good (thread exit, trim): kept if it holds rounds. */
 void depot_put(cache_t *cp, mag_t *m);
 /* Returns to the slab layer what the working set did not need since the last reap (all of

@@ -237,7 +237,7 @@ mag_t *mag_slab_fill(cache_t *cp, mag_t *p, bool cpu) {
     if (!first) return p;
     p = first;
   } else if (p->fill > p->cap && p->cap < depot_cap(cp)) { /* outgrown: a full-size one */
-    mag_t *big = depot_empty_mag(cp);
+    mag_t *big = depot_empty_mag(cp, true);
     if (big) {
       big->fill = p->fill;
       depot_put(cp, p);
@@ -281,15 +281,19 @@ static mag_t *mag_given(mag_t *m) {
 /* False also when t held no magazine at all (theory 6: obj goes home, and t gets an empty one
    for later). */
 bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj, mag_t **drain) {
+  bool make = drain == NULL;     /* a CPU's lock held: no new magazine (depot_empty_mag) */
   if (t->loaded == &mag_empty) { /* the reaper took the pair, or it never had one */
-    mag_t *e = depot_empty_mag(cp);
+    mag_t *e = depot_empty_mag(cp, make);
     if (e) t->loaded = e; /* prev, the sentinel too (mag.h), stays */
+    if (!e && drain) *drain = &mag_empty;
     return false;
   }
   mag_t *p = t->prev;
   if (p->n == p->cap) {
     size_t given = p->n * cp->size;
-    mag_t *e = p == &mag_empty ? depot_empty_mag(cp) : depot_free_exchange(cp, mag_given(p));
+    mag_t *e =
+        p == &mag_empty ? depot_empty_mag(cp, make) : depot_free_exchange(cp, mag_given(p), make);
+    if (!e && drain) *drain = &mag_empty;
     if (!e) return false;
     mag_held_add(-(ptrdiff_t)given);
     if (e == p) {  /* the depot keeps no more: p's rounds go back to their slabs */

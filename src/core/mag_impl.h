@@ -37,7 +37,9 @@ void mag_pair_to_depot(cache_t *cp, mag_pair_t *t);
    under its lock (a CPU's, mag_percpu.c) passes fill (drain): where that would be needed, the
    previous magazine leaves the pair, which keeps the sentinel in its place, and is handed out
    through *fill (*drain), NULL (false) returned: the caller fills it (mag_slab_fill) or drains
-   it (mag_drain) once its lock is released. */
+   it (mag_drain) once its lock is released. Such a caller gets no new magazine either (a
+   mapping may make it): where one was needed, *drain is the sentinel, false returned, and the
+   caller stocks the depot (depot_stock) once its lock is released. */
 void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, mag_t **fill);
 bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj, mag_t **drain);
 /* Fills empty magazine p from the slab layer (or a new one in place of the sentinel, or a

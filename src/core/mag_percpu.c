@@ -41,11 +41,13 @@
  *      the sentinel: that magazine stays the CPU's. Where the sentinel is still there, the
  *      magazine is the reaper's, its count from the top it took.
  *   5. A CPU's lock is never held across the slab layer (its lock, a fresh slab's mapping and
- *      page faults): a thread preempted there would stall every thread on the CPU that misses
- *      (docs/decisions/cross-thread-frees.md). A refill takes the empty previous magazine
- *      out of the pair and fills it after releasing the lock; a full one the depot does not
- *      keep leaves the pair and is drained after. Under the lock: pairs, depot trades and
- *      empty magazines only.
+ *      page faults) or any system call but the fence: a thread preempted there would stall
+ *      every thread on the CPU that misses (docs/decisions/cross-thread-frees.md). A refill
+ *      takes the empty previous magazine out of the pair and fills it after releasing the
+ *      lock; a full one the depot does not keep leaves the pair and is drained after; an
+ *      empty one the depot lacks is made after (a new magazine may map a metadata chunk), and
+ *      the free that needed it goes to the slab layer. Under the lock: pairs and depot trades
+ *      only.
  * Locking: a CPU's lock guards its previous magazines, its misses and any change of a loaded
  * one outside a sequence; a trade only while it is free. It is taken after mag_registry_lock
  * (front/fork.c writes the order).
@@ -268,7 +270,8 @@ void *mag_cpu_alloc_miss(cache_t *cp, unsigned c) {
 }
 
 /* Returns false when no magazine had room; the caller frees to the slab itself. A full
-   previous magazine the depot does not keep is drained without the lock (theory 5). */
+   previous magazine the depot does not keep is drained without the lock, and a magazine the
+   depot lacked is made without it, for the next miss (theory 5). */
 bool mag_cpu_free_miss(cache_t *cp, unsigned c, void *obj) {
   unsigned cpu;
   mag_cpu_t *mc = mag_cpu_miss(cp, &cpu);
@@ -278,7 +281,9 @@ bool mag_cpu_free_miss(cache_t *cp, unsigned c, void *obj) {
   INJECT(INJECT_CPU_INSTALL);
   mag_cpu_install(mc, cpu, c, &t);
   lock_release(&mc->lock);
-  if (drain) {
+  if (drain == &mag_empty) {
+    depot_stock(cp);
+  } else if (drain) {
     mag_drain(cp, drain);
     mag_to_depot(cp, drain);
   }

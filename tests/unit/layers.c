@@ -228,11 +228,11 @@ static bool depot_flow_keeps(uint32_t giver, uint32_t taker) {
   static cache_t depots[2];
   cache_t *dc = &depots[giver != taker];
   cache_setup(dc, "flow", 4096, PM_TAG_CACHE);
-  mag_t *m = depot_empty_mag(dc);
+  mag_t *m = depot_empty_mag(dc, true);
   for (int i = 0; i < 64; i++) { /* gives and takes, alternately: a window of both */
     m->n = m->cap;
     m->giver = giver;
-    mag_t *empty = depot_free_exchange(dc, m);
+    mag_t *empty = depot_free_exchange(dc, m, true);
     UCHECK(empty && empty != m);
     m = depot_alloc_exchange(dc, empty, taker);
     UCHECK(m && m->n == m->cap);
@@ -241,7 +241,7 @@ static bool depot_flow_keeps(uint32_t giver, uint32_t taker) {
   for (;;) { /* gives only, until the depot sends one back */
     m->n = m->cap;
     m->giver = giver;
-    mag_t *back = depot_free_exchange(dc, m);
+    mag_t *back = depot_free_exchange(dc, m, true);
     if (back == m) break;
     kept += (size_t)m->n * dc->size;
     m = back;
@@ -587,19 +587,19 @@ int main(int argc, char **argv) {
   cp->depot.contended = 1000;
   depot_reap(cp, false);
   UCHECK(cp->depot.cap == 2 * cap || cp->depot.cap == cp->depot.cap_max);
-  mag_t *m = depot_empty_mag(cp);
+  mag_t *m = depot_empty_mag(cp, true);
   UCHECK(m && m->cap == cp->depot.cap && m->n == 0);
   depot_put(cp, m);
 
   /* 5. a depot trading magazines fast grows them without contention (it checks its rate every
      few hundred exchanges: a preempted window only delays the growth) */
   cap = cp->depot.cap = 2;
-  m = depot_empty_mag(cp);
+  m = depot_empty_mag(cp, true);
   UCHECK(m && m->cap == 2);
   for (uint32_t i = 0; i < 2; i++)
     m->rounds[m->n++] = magpie_cache_alloc((magpie_cache_t *)cp, MAGPIE_DEFAULT);
   for (int i = 0; i < 1 << 16 && cp->depot.cap == cap; i++) {
-    mag_t *empty = depot_free_exchange(cp, m); /* m goes in full */
+    mag_t *empty = depot_free_exchange(cp, m, true); /* m goes in full */
     UCHECK(empty && empty->n == 0);
     m = depot_alloc_exchange(cp, empty, 0);
     UCHECK(m && m->n == 2);
@@ -623,6 +623,39 @@ int main(int argc, char **argv) {
     depot_put(cp, a);
     depot_put(cp, b);
   }
+
+  /* 6a. a caller under a CPU's lock (mag_free_room with drain) makes no magazine (a new one
+     may map a metadata chunk: mag_percpu.c theory 5): where the depot has no empty one of its
+     size, the free goes to the slab layer and *drain asks for one, which depot_stock then
+     gives the depot, for the next such call */
+  static mag_t *spare[256];
+  unsigned nspare = 0;
+  while (nspare < 256 && cp->depot.nempty > 0) /* empty ones of another size are destroyed */
+    if ((spare[nspare] = depot_empty_mag(cp, false)) != NULL) nspare++;
+  UCHECK(cp->depot.nempty == 0);
+  void *obj = magpie_cache_alloc((magpie_cache_t *)cp, MAGPIE_DEFAULT);
+  mag_pair_t pair = {&mag_empty, &mag_empty};
+  mag_t *drain = NULL;
+  UCHECK(obj && !mag_free_room(cp, &pair, obj, &drain));
+  UCHECK(drain == &mag_empty && pair.loaded == &mag_empty && cp->depot.nempty == 0);
+  depot_stock(cp);
+  UCHECK(cp->depot.nempty == 1);
+  drain = NULL;
+  UCHECK(!mag_free_room(cp, &pair, obj, &drain)); /* obj goes home; the pair gets a magazine */
+  UCHECK(drain == NULL && pair.loaded != &mag_empty && cp->depot.nempty == 0);
+  mag_t *full = depot_empty_mag(cp, true);
+  UCHECK(full);
+  while (full->n < full->cap)
+    full->rounds[full->n++] = magpie_cache_alloc((magpie_cache_t *)cp, MAGPIE_DEFAULT);
+  pair.prev = full;
+  UCHECK(!mag_free_room(cp, &pair, obj, &drain)); /* no empty one to trade the full one for */
+  UCHECK(drain == &mag_empty && pair.prev == full && full->n == full->cap);
+  magpie_cache_free((magpie_cache_t *)cp, obj);
+  mag_drain(cp, full);
+  depot_put(cp, full);
+  depot_put(cp, pair.loaded);
+  while (nspare > 0)
+    depot_put(cp, spare[--nspare]);
 
   /* 6b. a thread's own loaded magazine is its top between two end marks (mag.c theory 8): one
      of 8 rounds holding 3 takes 5 pushes and then gives 8 pops, and gives its count back
