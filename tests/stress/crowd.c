@@ -63,6 +63,25 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+/* The slabs' room, in bytes of objects, and their number, from the JSON statistics: where the
+   mapping bound fails, whether what was mapped beyond it lies in slabs or elsewhere (arena
+   space, metadata). */
+static void slab_totals(size_t *bytes, size_t *count) {
+  size_t len, cls, size, slabs, objects;
+  const char *json = stress_stats_json(TEST, &len), *end = json + len;
+  static const char classes[] = "\"classes\"";
+  const char *at = memmem(json, len, classes, sizeof classes - 1);
+  *bytes = *count = 0;
+  while (at && stress_json_next(&at, end, "\"class\"", &cls) &&
+         stress_json_next(&at, end, "\"size\"", &size) &&
+         stress_json_next(&at, end, "\"slabs\"", &slabs) &&
+         stress_json_next(&at, end, "\"slab_objects\"", &objects)) {
+    *bytes += objects * size;
+    *count += slabs;
+  }
+  stress_stats_release(json, len);
+}
+
 /* The crowd has only allocated: in each class at most one slab may be partly used, the one
    being carved, so its slabs' free room is less than one slab's objects. Threads that each
    listed a slab of their own would leave several partly used. */
@@ -110,9 +129,12 @@ int main(int argc, char **argv) {
   for (long i = 0; i < nthreads; i++)
     held += workers[i].held;
   size_t grew = after > before ? after - before : 0, allowed = 2 * held + ((size_t)slack_kib << 10);
+  size_t slab_bytes, slabs;
+  slab_totals(&slab_bytes, &slabs);
   stress_log("%s: %ld threads hold %zu KiB; magpie mapped %zu KiB more for them (allowed %zu), "
-             "the process's RSS grew %zu KiB\n",
-             TEST, nthreads, held >> 10, grew >> 10, allowed >> 10, rss >> 10);
+             "its %zu slabs have room for %zu KiB of objects, the process's RSS grew %zu KiB\n",
+             TEST, nthreads, held >> 10, grew >> 10, allowed >> 10, slabs, slab_bytes >> 10,
+             rss >> 10);
   if (grew > allowed)
     stress_fail(TEST ": %ld threads starting at once hold %zu KiB, and magpie mapped %zu KiB "
                      "for them: more than twice the bytes held and %ld KiB",
