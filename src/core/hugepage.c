@@ -49,8 +49,8 @@
  *      does not fault back in what the slabs gave back. The slab layer marks it MADV_NOHUGEPAGE
  *      itself (hugepage_split), with the purges, outside its locks.
  *   Locks: the slab arena's lock comes after the slab locks and before the heap arena's (a
- *   release to the heap arena runs under it; an import runs without it, vmem.c theory 10, and
- *   counts what the slab arena holds for auto's threshold itself); fork.c lists it. The demand
+ *   release to the heap arena and an import run without it, vmem.c theory 10; an import counts
+ *   what the slab arena holds for auto's threshold itself); fork.c lists it. The demand
  *   history is written under it.
  */
 #include "hugepage.h"

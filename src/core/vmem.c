@@ -45,28 +45,28 @@
  *      fill up or empty rather than all staying partly used; and a span that becomes wholly
  *      free goes back to the parent at once, whatever `retain` says (the parent keeps it).
  *   10. One lock per arena protects everything; it is taken after slab locks and before the
- *      metadata pool's and the OS's (which take none); a child arena's before its parent's
- *      (an import runs under the child's lock). Segment tags come from a metadata pool.
- *      Giving pages back to the kernel runs outside the lock, since its cost grows with the
- *      pages resident (a purge or an unmap of a big heap takes milliseconds, and every thread
- *      that makes a slab or a large block would wait): under the lock a segment to purge
- *      becomes VMEM_PURGING (off the free lists, so nothing allocates it; coalescing stops at
- *      it; counted clean already) and, where the parent is the kernel (release_unlocked), a
- *      span to release leaves the arena; after the OS calls the lock is taken again and a
- *      purged segment is freed as any other. A child arena releases to its parent under its
- *      lock: that costs a call into the parent, and a span in flight meanwhile would send a
- *      crowd of threads that need one to map new memory. Importing runs outside the lock too:
- *      a mapping is system calls (or the parent's lock), and a thread whose time is up is
- *      preempted on its way back from one, with every thread that makes a slab waiting behind
- *      it. One thread imports at a time (`importing`): others that find no room meanwhile wait
- *      for it without the lock and look again, so that a crowd maps one span, not one each,
- *      and only threads that need new memory wait at all. An importer that, under the lock
- *      again, finds room a free made meanwhile takes it and gives its span back untouched,
- *      after the lock. Remapping runs outside the lock as well (mremap moves a big block's page
- *      tables): the span leaves the address list and the counts (an allocated one the hash, a
- *      free one its list) where nothing finds it, and comes back, moved or not, at the list's
- *      end; a regrow stands for an import (`importing`). `unlocked` counts the threads between,
- *      so that fork's prepare can wait for them (lock_acquire_settled).
+ *      metadata pool's and the OS's (which take none), and a child arena's before its parent's
+ *      (fork's order: nothing holds one while it takes the other). Segment tags come from a
+ *      metadata pool. Giving pages back to the kernel runs outside the lock, since its cost
+ *      grows with the pages resident (a purge or an unmap of a big heap takes milliseconds, and
+ *      every thread that makes a slab or a large block would wait): under the lock a segment to
+ *      purge becomes VMEM_PURGING (off the free lists, so nothing allocates it; coalescing
+ *      stops at it; counted clean already) and a span to release leaves the arena; after the
+ *      OS's (or the parent's) calls the lock is taken again and a purged segment is freed as
+ *      any other. A span in flight to the parent meanwhile sends a thread that needs one to the
+ *      parent for another: with one importer at a time (below) that costs one import, not one
+ *      a thread. Importing runs outside the lock too: a mapping is system calls (or the
+ *      parent's lock), and a thread whose time is up is preempted on its way back from one,
+ *      with every thread that makes a slab waiting behind it. One thread imports at a time
+ *      (`importing`): others that find no room meanwhile wait for it without the lock and look
+ *      again, so that a crowd maps one span, not one each, and only threads that need new
+ *      memory wait at all. An importer that, under the lock again, finds room a free made
+ *      meanwhile takes it and gives its span back untouched, after the lock. Remapping runs
+ *      outside the lock as well (mremap moves a big block's page tables): the span leaves the
+ *      address list and the counts (an allocated one the hash, a free one its list) where
+ *      nothing finds it, and comes back, moved or not, at the list's end; a regrow stands for
+ *      an import (`importing`). `unlocked` counts the threads between, so that fork's prepare
+ *      can wait for them (lock_acquire_settled).
  */
 #include "vmem.h"
 #include "meta.h"
@@ -489,20 +489,17 @@ static vmem_seg_t *coalesce(vmem_t *vm, vmem_seg_t *s) {
 static bool span_releasable(const vmem_t *vm, const vmem_seg_t *s, const vmem_jobs_t *jobs) {
   const vmem_seg_t *marker = s->aprev;
   return marker->type == VMEM_SPAN && marker->size == s->size && vm->release && !marker->busy &&
-         !(vm->release_unlocked && jobs->n == VMEM_JOBS);
+         jobs->n < VMEM_JOBS;
 }
 
-/* Takes s's span out of the arena and releases it to the parent, or leaves that to a job where
-   release_unlocked, if s (not listed) covers all of it; true if it did. */
+/* Takes s's span out of the arena and leaves its release to the parent to a job (outside the
+   lock), if s (not listed) covers all of it; true if it did. */
 static bool span_release(vmem_t *vm, vmem_seg_t *s, vmem_jobs_t *jobs) {
   vmem_seg_t *marker = s->aprev;
   if (!span_releasable(vm, s, jobs)) return false;
   if (!s->clean) vm->dirty -= s->size;
   vm->imported -= s->size;
-  if (vm->release_unlocked)
-    jobs->job[jobs->n++] = (vmem_job_t){NULL, s->start, s->size, 0, 0};
-  else
-    vm->release(vm->source, (void *)s->start, s->size);
+  jobs->job[jobs->n++] = (vmem_job_t){NULL, s->start, s->size, 0, 0};
   seg_unlink(s);
   seg_unlink(marker);
   return true;

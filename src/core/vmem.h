@@ -54,7 +54,6 @@ typedef struct vmem {
   vmem_purging_t *purging; /* NULL: the owner keeps no record of purges */
   vmem_split_t *split;     /* what purging asks for, before the purge (with purging) */
   bool pack;               /* fullest span first; a wholly free span goes back at once */
-  bool release_unlocked;   /* release spans outside the lock: the parent is the kernel */
   void *source;
   vmem_seg_t segs; /* sentinel of the address-ordered segment list */
   vmem_seg_t *free_list[VMEM_LISTS];

@@ -109,7 +109,6 @@ void magpie_init(void) {
             SC_SPAN_MAX);
   heap_arena.retain = heap_retain();
   heap_arena.remap = heap_remap;
-  heap_arena.release_unlocked = true;
   hugepage_init();
   cache_init();
   mag_init();

@@ -220,7 +220,6 @@ static void unlocked_test(fake_parent_t *parent) {
   const size_t block = (size_t)256 << 10;
   bool clean;
   vmem_init(&vm, "unlocked", OS_PAGE, fake_import, fake_release, parent, (size_t)1 << 20, OS_PAGE);
-  vm.release_unlocked = true;
   unsigned char *a = vmem_alloc(&vm, block, OS_PAGE, 0, &clean);
   unsigned char *b = vmem_alloc(&vm, block, OS_PAGE, 0, &clean);
   UCHECK(a && b && parent->nspans == 1);
@@ -249,7 +248,6 @@ static void import_test(fake_parent_t *parent) {
   bool clean;
   int spans = parent->nspans;
   vmem_init(&vm, "import", OS_PAGE, fake_import, fake_release, parent, span, OS_PAGE);
-  vm.release_unlocked = true;
   vm.retain = (size_t)64 << 20; /* a wholly free span stays */
   watched = &vm;
   calls_locked = imports = releases = 0;
@@ -291,7 +289,6 @@ static void remap_test(fake_parent_t *parent) {
   int spans = parent->nspans;
   vmem_init(&vm, "remap", OS_PAGE, fake_import, fake_release, parent, (size_t)1 << 20, OS_PAGE);
   vm.remap = fake_remap;
-  vm.release_unlocked = true;
   vm.retain = (size_t)64 << 20; /* a wholly free span stays, to be regrown */
   unsigned char *a = vmem_alloc(&vm, 4 * page, OS_PAGE, VMEM_OWN, &clean); /* a span of its own */
   void *small = vmem_alloc(&vm, page, OS_PAGE, 0, &clean);                 /* a span with room */
@@ -350,7 +347,6 @@ int main(void) {
             (size_t)64 << 10);
   vm.retain = (size_t)2 << 20;
   vm.remap = fake_remap;
-  vm.release_unlocked = true; /* the heap arena's shape */
   int remapped = 0;
 
   static block_t live[LIVE_MAX];
