@@ -228,21 +228,26 @@ static vmem_seg_t *seg_split(vmem_seg_t *s, size_t offset) {
 
 /* ---- finding space ---- */
 
-/* Adds the counts of a whole span, s its one segment (in: it joins the arena), or takes them
-   away (it leaves). */
-static void span_count(vmem_t *vm, vmem_seg_t *s, bool in) {
-  size_t alloc = s->type == VMEM_ALLOC ? s->size : 0;
-  size_t dirty = s->type == VMEM_FREE && !s->clean ? s->size : 0;
-  if (in) {
-    vm->imported += s->size;
-    vm->in_use += alloc;
-    vm->dirty += dirty;
-    s->aprev->used = alloc;
-  } else {
-    vm->imported -= s->size;
-    vm->in_use -= alloc;
-    vm->dirty -= dirty;
-  }
+/* Links a whole span at the address list's end, its marker and then its one segment s (of its
+   type already, ALLOC or FREE), and adds it to the arena's counts. */
+static void span_attach(vmem_t *vm, vmem_seg_t *marker, vmem_seg_t *s) {
+  seg_link_after(vm->segs.aprev, marker);
+  seg_link_after(marker, s);
+  marker->used = s->type == VMEM_ALLOC ? s->size : 0;
+  vm->imported += s->size;
+  vm->in_use += marker->used;
+  if (s->type == VMEM_FREE && !s->clean) vm->dirty += s->size;
+}
+
+/* Takes a whole span, s its one segment (in no hash or free list now), out of the address list
+   and the counts, its tags kept for span_attach. */
+static void span_detach(vmem_t *vm, vmem_seg_t *s) {
+  vmem_seg_t *marker = s->aprev;
+  marker->aprev->anext = s->anext;
+  s->anext->aprev = marker->aprev;
+  vm->imported -= s->size;
+  vm->in_use -= marker->used;
+  if (s->type == VMEM_FREE && !s->clean) vm->dirty -= s->size;
 }
 
 /* Resizes the whole span that segment s fills (neither listed nor hashed now) through the
@@ -251,9 +256,7 @@ static void span_count(vmem_t *vm, vmem_seg_t *s, bool in) {
    with the lock held; false if the parent could not (the span as it was). */
 static bool span_remap(vmem_t *vm, vmem_seg_t *s, size_t new_size) {
   vmem_seg_t *marker = s->aprev;
-  marker->aprev->anext = s->anext;
-  s->anext->aprev = marker->aprev;
-  span_count(vm, s, false);
+  span_detach(vm, s);
   lock_pending_begin(&vm->unlocked, 1);
   lock_release(&vm->lock);
   INJECT(INJECT_UNLOCKED);
@@ -265,9 +268,7 @@ static bool span_remap(vmem_t *vm, vmem_seg_t *s, size_t new_size) {
     marker->size = s->size = new_size;
     s->clean = 0; /* resident or not, it is no longer known zero */
   }
-  seg_link_after(vm->segs.aprev, marker);
-  seg_link_after(marker, s);
-  span_count(vm, s, true);
+  span_attach(vm, marker, s);
   return moved != NULL;
 }
 
@@ -378,16 +379,13 @@ static vmem_seg_t *vmem_import(vmem_t *vm, size_t size, size_t align, bool own,
   marker->start = seg->start = (uintptr_t)mem;
   marker->size = seg->size = span;
   marker->type = VMEM_SPAN;
-  marker->used = marker->hollow = 0;
+  marker->hollow = 0;
   marker->backing = backing;
   marker->busy = 0;
   seg->clean = clean;
   seg->span = marker;
-  seg_link_after(vm->segs.aprev, marker);
-  seg_link_after(marker, seg);
   free_insert(vm, seg);
-  vm->imported += span;
-  if (!clean) vm->dirty += span;
+  span_attach(vm, marker, seg);
   return seg; /* aligned and large enough (theory 3) */
 }
 
