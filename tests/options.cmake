@@ -23,6 +23,7 @@ option_config(percpu0 MAGPIE_OPTIONS=percpu=0)
 option_config(reaper0 MAGPIE_OPTIONS=reaper=0)
 option_config(mag_rounds2 MAGPIE_OPTIONS=mag_rounds=2)
 option_config(reap_ms1 MAGPIE_OPTIONS=reap_ms=1)
+option_config(sweep_ms1 MAGPIE_OPTIONS=sweep_ms=1)
 option_config(retain0 MAGPIE_OPTIONS=retain=0)
 option_config(sample1 MAGPIE_OPTIONS=sample=1)
 option_config(hugepages_always MAGPIE_OPTIONS=hugepages=always)
@@ -41,11 +42,12 @@ set(OPTION_LABELS_debug debug) # `ctest -L debug` runs these too
 option_config(small_mags
   MAGPIE_OPTIONS=mag_rounds=2,retain=0,reap_ms=1,percpu_threads=1,hugepages=always,publish_ms=1)
 # Thread magazines only, no reaper thread (slow paths reap and publish, every millisecond), every
-# magazine miss sampled onto a guard page, the heap profiler sampling at 4 KiB, and no huge pages.
-option_config(sampled MAGPIE_OPTIONS=percpu=0,reaper=0,sample=1,reap_ms=1,profile_rate=4k,hugepages=never,publish_ms=1)
+# magazine miss sampled onto a guard page, the heap profiler sampling at 4 KiB, no huge pages,
+# and the threads sweeping the classes they stopped allocating as often as the clock moves.
+option_config(sampled MAGPIE_OPTIONS=percpu=0,reaper=0,sample=1,reap_ms=1,profile_rate=4k,hugepages=never,publish_ms=1,sweep_ms=1)
 
-set(OPTION_CONFIGS_API percpu0 reaper0 mag_rounds2 reap_ms1 retain0 sample1 hugepages_always
-    hugepages_never profile16k debug)
+set(OPTION_CONFIGS_API percpu0 reaper0 mag_rounds2 reap_ms1 sweep_ms1 retain0 sample1
+    hugepages_always hugepages_never profile16k debug)
 set(OPTION_CONFIGS_STRESS small_mags sampled debug)
 
 # The warnings of src/core/options.c and src/debug/debug_flags.c about MAGPIE_OPTIONS and

@@ -36,6 +36,9 @@ typedef struct depot {
   uint32_t cap_max;
   uint64_t contended;        /* lock_try failures since the last reap */
   uint64_t exchanges;        /* magazine exchanges, ever (statistics) */
+  uint64_t takes;            /* full magazines taken, ever */
+  uint64_t takes_swept;      /* takes when a sweep last saw them change (depot_sweep) */
+  uint64_t swept_since;      /* os_now_ns of that sweep */
   uint64_t hot_since;        /* os_now_ns when the current DEPOT_HOT_EXCHANGES began */
   uint32_t window_contended; /* lock_try failures since hot_since */
   uint32_t window_takes;     /* full magazines taken since hot_since */

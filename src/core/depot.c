@@ -37,7 +37,12 @@
  *      and shrinks) take their own magazines back as often as others': their depots keep the
  *      small bound, and the objects they free go home, so that a shrunk heap is not scattered
  *      over more pages.
- *   5. Lock order: a depot lock is never held while calling the slab layer or the metadata
+ *   5. Sweep: a thread that stopped allocating a class (mag.c theory 9) asks its depot to give
+ *      back its full magazines (depot_sweep). The depot does so once no thread took one for
+ *      the sweep interval: a class nobody allocates any more needs none, and its cached blocks
+ *      would keep its slabs from emptying until the next reap, long after a program's size mix
+ *      moved on. A depot that producers take from keeps its magazines.
+ *   6. Lock order: a depot lock is never held while calling the slab layer or the metadata
  *      pools; it is a leaf below the thread registry.
  */
 #include "depot.h"
@@ -140,6 +145,7 @@ mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give, uint32_t taker) {
   depot_lock(d);
   mag_t *full = pop(&d->full, &d->nfull, &d->full_min);
   if (full) {
+    d->takes++;
     depot_exchanged(d, true, full->giver != taker);
     if (give != &mag_empty) push(&d->empty, &d->nempty, give);
   }
@@ -204,6 +210,25 @@ void depot_put(cache_t *cp, mag_t *m) {
   else
     push(&d->empty, &d->nempty, m);
   lock_release(&d->lock);
+}
+
+void depot_sweep(cache_t *cp, uint64_t now, uint64_t idle_ns) {
+  depot_t *d = &cp->depot;
+  mag_t *fulls = NULL;
+  uint32_t junk = 0, none = 0;
+  lock_acquire(&d->lock);
+  if (d->takes != d->takes_swept) {
+    d->takes_swept = d->takes;
+    d->swept_since = now;
+  } else if (now - d->swept_since >= idle_ns) {
+    for (mag_t *m; (m = pop(&d->full, &d->nfull, &d->full_min)) != NULL;)
+      push(&fulls, &junk, m);
+  }
+  lock_release(&d->lock);
+  for (mag_t *m; (m = pop(&fulls, &junk, &none)) != NULL;) {
+    slab_free(cp, m->rounds, m->n);
+    mag_destroy(m);
+  }
 }
 
 void depot_figures(cache_t *cp, depot_figures_t *f) {

@@ -49,6 +49,17 @@
  *      sentinel. Trading a thread's pair, when the loaded magazine ran out (filled up) and the
  *      previous one can serve, is the slow path's first step, still without the lock
  *      (mag_own_trade), as for a CPU's pair.
+ *   9. Sweep: a program's size mix moves on faster than reap_ms, and blocks cached in the
+ *      classes it left, each on some slab of its class, keep those slabs from emptying while
+ *      the new classes take slabs of their own (docs/decisions/class-sweep.md). So a thread
+ *      with magazines of its own looks at its classes every sweep_ms, on a slow path (every
+ *      MAG_SWEEP_MISSES misses it reads the clock): a class it allocated none of since the
+ *      last look gives its pair's rounds back to their slabs, and asks the depot to do the
+ *      same (depot.c theory 5). Frees alone do not keep a class: a class being torn down
+ *      frees until its last block, and a consumer's frees still flow to the depot through
+ *      the magazine it gets for them. The cost is bounded by the interval, not by the
+ *      operations: one refill a class and thread per sweep_ms at most. CPUs' pairs, which
+ *      many threads share, are left to the reap.
  * Locking: mag_registry_lock guards the registry and mag_folded; a starting thread takes no
  * lock (its tcache waits on mag_registry_pending for the lock's next holder, who links it:
  * mag_registry_enter), nor does an exiting one that finds it taken (its tcache waits on
@@ -73,6 +84,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+
+#define MAG_SWEEP_MISSES 32 /* a thread reads the clock for a sweep every this many misses */
 
 _Static_assert(offsetof(mag_pair_t, loaded) == 0, "rseq.h finds the loaded magazine at a slot");
 _Static_assert(offsetof(mag_t, n) == 0 && offsetof(mag_t, cap) == 4 &&
@@ -317,6 +330,13 @@ void mag_drain(cache_t *cp, mag_t *m) {
   m->n = 0;
 }
 
+/* Gives the rounds of m, a thread's (counted held), back to their slabs; m stays, empty. */
+static void mag_give_home(cache_t *cp, mag_t *m) {
+  if (m->n == 0) return; /* the sentinel among them: never written */
+  mag_held_add(-(ptrdiff_t)(m->n * cp->size));
+  mag_drain(cp, m);
+}
+
 /* The lock a miss of the calling thread in cache cp takes: its tcache's for malloc's classes,
    whose previous magazines mag_reclaim takes; none for object caches, which it leaves
    alone, and whose constructors and destructors, run by the slab layer inside the miss, may
@@ -399,12 +419,41 @@ static void mag_own_pack(tcache_t *tc, unsigned c, mag_pair_t t) {
   __atomic_store_n(&tc->own[c].top, mag_top_load(t.loaded), __ATOMIC_RELAXED);
 }
 
+/* Theory 9, on a slow path of class served under tc's lock: every sweep_ms, the pairs of the
+   classes tc allocated none of since the last sweep give their rounds back to the slab layer,
+   and their depots theirs where no thread takes them; served, just missed (its count comes
+   after), is left alone. */
+static void mag_own_sweep(tcache_t *tc, unsigned served) {
+  if (!opt.sweep_ms || tc->misses % MAG_SWEEP_MISSES) return;
+  uint64_t now = os_now_ns(), interval = (uint64_t)opt.sweep_ms * 1000000u;
+  if (now - tc->swept_at < interval) return;
+  tc->swept_at = now;
+  for (unsigned c = 1; c <= SC_COUNT; c++) {
+    own_class_t *o = &tc->own[c];
+    uint32_t allocs = (uint32_t)STAT_READ(o->count.allocs);
+    if (c == served || allocs != tc->allocs_swept[c]) {
+      tc->allocs_swept[c] = allocs;
+      continue;
+    }
+    cache_t *cp = &malloc_caches[c];
+    if (o->top != MAG_TOP_NONE) { /* the pair stays, empty: a refill is no first one */
+      mag_pair_t t = mag_own_unpack(tc, c);
+      mag_give_home(cp, t.loaded);
+      mag_give_home(cp, t.prev);
+      mag_own_pack(tc, c, t);
+    }
+    if (allocs || STAT_READ(o->count.frees)) /* a class tc never used is not its to sweep */
+      depot_sweep(cp, now, interval);
+  }
+}
+
 /* Misses of class c (cache cp) on tc's own magazines: under tc's lock, on the pair unpacked. */
 static void *mag_own_class_alloc_miss(cache_t *cp, tcache_t *tc, unsigned c) {
   lock_t *held = mag_miss_begin(cp);
   mag_pair_t t = mag_own_unpack(tc, c);
   void *obj = mag_alloc_refill(cp, &t, NULL);
   mag_own_pack(tc, c, t);
+  mag_own_sweep(tc, c);
   lock_release(held);
   return obj;
 }
@@ -414,6 +463,7 @@ static bool mag_own_class_free_miss(cache_t *cp, tcache_t *tc, unsigned c, void 
   mag_pair_t t = mag_own_unpack(tc, c);
   bool kept = mag_free_room(cp, &t, obj, NULL);
   mag_own_pack(tc, c, t);
+  mag_own_sweep(tc, c);
   lock_release(held);
   return kept;
 }

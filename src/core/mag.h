@@ -91,13 +91,17 @@ typedef struct tcache {
     int64_t sample_left;    /* allocations until the next sampled one (sample.c) */
     struct tcache *leaving; /* its thread exited: on the registry's leaving list (mag.c) */
   };
-  uint32_t misses;                 /* slow paths taken (lock) */
-  uint32_t misses_seen;            /* misses at the last mag_reclaim (lock) */
-  cache_slot_t *slots;             /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
-  uintptr_t stack;                 /* an address in the owner's stack (leak reports' roots) */
-  struct tcache *next, *prev;      /* the registry of live thread caches (mag_registry_lock) */
-  union {                          /* malloc's size classes; [0] is never used */
-    own_class_t own[SC_COUNT + 1]; /* cpus NULL */
+  uint32_t misses;            /* slow paths taken (lock) */
+  uint32_t misses_seen;       /* misses at the last mag_reclaim (lock) */
+  cache_slot_t *slots;        /* MAG_CACHE_SLOTS object-cache slots, mapped on first use */
+  uintptr_t stack;            /* an address in the owner's stack (leak reports' roots) */
+  struct tcache *next, *prev; /* the registry of live thread caches (mag_registry_lock) */
+  union {                     /* malloc's size classes; [0] is never used */
+    struct {                  /* cpus NULL */
+      own_class_t own[SC_COUNT + 1];
+      uint64_t swept_at;                   /* os_now_ns of the last sweep (theory 9, mag.c; lock) */
+      uint32_t allocs_swept[SC_COUNT + 1]; /* own[c].count.allocs then, low bits (lock) */
+    };
     mag_counts_cpu_t cpu_counts[SC_COUNT + 1]; /* cpus set */
   };
 } tcache_t;

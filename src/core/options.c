@@ -24,6 +24,7 @@ options_t opt = {
     .stats = OPT_STATS_OFF,
     .mag_rounds = 0,
     .reap_ms = 1000,       /* Bonwick's update interval was 15 s; allocation bursts are faster */
+    .sweep_ms = 10,        /* a size mix that moves on in tens of ms (mag.c theory 9) */
     .retain = 256u << 20,  /* free memory kept between reaps: reuse beats fresh pages */
     .large_own = 1u << 20, /* above this, own mappings: freeing gives the pages back at once */
     .calloc_populate = 64u << 20, /* bigger zeroed blocks may be sparse: leave them lazy */
@@ -52,6 +53,7 @@ static const opt_entry_t opt_table[] = {
     {"mag_rounds", OPT_SIZE, offsetof(options_t, mag_rounds), 0, OPT_MAG_ROUNDS_MAX},
     {"reap_ms", OPT_SIZE, offsetof(options_t, reap_ms), 1, SIZE_MAX / 1000000}, /* 0: a busy loop */
     {"publish_ms", OPT_SIZE, offsetof(options_t, publish_ms), 0, SIZE_MAX / 1000000},
+    {"sweep_ms", OPT_SIZE, offsetof(options_t, sweep_ms), 0, SIZE_MAX / 1000000},
     {"retain", OPT_SIZE, offsetof(options_t, retain), 0, 0},
     {"large_own", OPT_SIZE, offsetof(options_t, large_own), 0, 0},
     {"calloc_populate", OPT_SIZE, offsetof(options_t, calloc_populate), 0, 0},

@@ -22,7 +22,9 @@
  *     they go back with the slab lock free, no object on them is handed out meanwhile, and
  *     one of them freed meanwhile is reported as a double free (the linker wraps
  *     os_purge_list_run: tests/unit/CMakeLists.txt);
- *   - a thread starts and exits while another holds the registry's lock, counted once.
+ *   - a thread starts and exits while another holds the registry's lock, counted once;
+ *   - a class the thread stopped allocating sends its cached blocks home within a few sweep
+ *     intervals of misses elsewhere, its depot's too; a class it allocates keeps them.
  * Malloc's magazines are per thread here (percpu=0); tests/unit/percpu.c tests the per-CPU ones.
  */
 #define _GNU_SOURCE /* pthread_timedjoin_np */
@@ -32,6 +34,7 @@
 #include "mag.h"
 #include "mag_impl.h"
 #include "magpie.h"
+#include "options.h"
 #include "os.h"
 #include "pagemap.h"
 #include "hugepage.h"
@@ -500,6 +503,57 @@ static int obj_ctor(void *obj, void *arg, int flags) {
   return 0;
 }
 
+/* Slabs of cp and full magazines in its depot, each read under its lock. */
+static size_t class_slabs(cache_t *cp) {
+  lock_acquire(&cp->slab_lock);
+  size_t n = cp->slabs;
+  lock_release(&cp->slab_lock);
+  return n;
+}
+
+static uint32_t depot_fulls(cache_t *cp) {
+  lock_acquire(&cp->depot.lock);
+  uint32_t n = cp->depot.nfull;
+  lock_release(&cp->depot.lock);
+  return n;
+}
+
+/* 15. sweep (mag.c theory 9): while this thread misses in another class, a class it stopped
+   allocating gives the blocks in its magazines and its depot back to their slabs within a few
+   sweep intervals, and its slabs go; a class it still allocates from keeps its magazines. */
+static void sweep_cold_class(void) {
+  enum { COLD = 2000, WARM = 64, BURST = 256 };
+  static void *cold_blocks[COLD], *warm_blocks[WARM], *burst[BURST];
+  cache_t *cold = &malloc_caches[sc_of(48)], *warm = &malloc_caches[sc_of(80)];
+  magpie_trim();
+  for (int i = 0; i < COLD; i++)
+    UCHECK((cold_blocks[i] = magpie_malloc(48)) != NULL);
+  for (int i = 0; i < WARM; i++)
+    UCHECK((warm_blocks[i] = magpie_malloc(80)) != NULL);
+  for (int i = 0; i < COLD; i++)
+    magpie_free(cold_blocks[i]); /* 96 KiB: the depot keeps what the magazines cannot */
+  for (int i = 0; i < WARM; i++)
+    magpie_free(warm_blocks[i]);
+  UCHECK(class_slabs(cold) > 0 && depot_fulls(cold) > 0);
+  uint64_t start = os_now_ns(), deadline = start + 5000000000u;
+  while (class_slabs(cold) > 0 && os_now_ns() < deadline) {
+    magpie_free(magpie_malloc(80)); /* warm: allocated from on every round */
+    for (int i = 0; i < BURST; i++) /* more than two magazines of 1 KiB blocks: misses */
+      UCHECK((burst[i] = magpie_malloc(1024)) != NULL);
+    for (int i = 0; i < BURST; i++)
+      magpie_free(burst[i]);
+  }
+  UCHECK(class_slabs(cold) == 0 && depot_fulls(cold) == 0);
+  UCHECK(os_now_ns() - start >= (uint64_t)opt.sweep_ms * 1000000u); /* not before an interval */
+  uint32_t warm_rounds = 0, cold_rounds = 0;
+  mag_top_find(mag_tls->own[warm->id].top, &warm_rounds);
+  mag_top_find(mag_tls->own[cold->id].top, &cold_rounds);
+  UCHECK(warm_rounds > 0 && cold_rounds == 0 && class_slabs(warm) > 0);
+  mag_check();
+  magpie_trim();
+  UCHECK(unit_total_slabs() == 0);
+}
+
 static void obj_dtor(void *obj, void *arg) {
   (void)arg;
   UCHECK(((uint64_t *)obj)[0] == 0xC0FFEE);
@@ -815,6 +869,8 @@ int main(int argc, char **argv) {
 
   /* 14. a thread starts while another holds the registry's lock: it takes none */
   start_unlocked();
+
+  sweep_cold_class();
 
   printf("layers: ok (%d objects constructed and destructed, %lu looks of the reaper)\n",
          ctor_calls, looks);
