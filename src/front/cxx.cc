@@ -108,10 +108,10 @@ inline void release_aligned(void *p, std::size_t size, std::size_t align) noexce
 
 } // namespace
 
-MAGPIE_EXPORT void *operator new(std::size_t n) {
+MAGPIE_EXPORT MP_ENTRY void *operator new(std::size_t n) {
   return alloc(n);
 }
-MAGPIE_EXPORT void *operator new[](std::size_t n) {
+MAGPIE_EXPORT MP_ENTRY void *operator new[](std::size_t n) {
   return alloc(n);
 }
 MAGPIE_EXPORT void *operator new(std::size_t n, const std::nothrow_t &) noexcept {
@@ -135,10 +135,10 @@ MAGPIE_EXPORT void *operator new[](std::size_t n, std::align_val_t a,
   return alloc_aligned_nothrow(n, a);
 }
 
-MAGPIE_EXPORT void operator delete(void *p) noexcept {
+MAGPIE_EXPORT MP_ENTRY void operator delete(void *p) noexcept {
   release(p);
 }
-MAGPIE_EXPORT void operator delete[](void *p) noexcept {
+MAGPIE_EXPORT MP_ENTRY void operator delete[](void *p) noexcept {
   release(p);
 }
 MAGPIE_EXPORT void operator delete(void *p, const std::nothrow_t &) noexcept {
@@ -147,10 +147,10 @@ MAGPIE_EXPORT void operator delete(void *p, const std::nothrow_t &) noexcept {
 MAGPIE_EXPORT void operator delete[](void *p, const std::nothrow_t &) noexcept {
   release(p);
 }
-MAGPIE_EXPORT void operator delete(void *p, std::size_t n) noexcept {
+MAGPIE_EXPORT MP_ENTRY void operator delete(void *p, std::size_t n) noexcept {
   release_sized(p, n);
 }
-MAGPIE_EXPORT void operator delete[](void *p, std::size_t n) noexcept {
+MAGPIE_EXPORT MP_ENTRY void operator delete[](void *p, std::size_t n) noexcept {
   release_sized(p, n);
 }
 MAGPIE_EXPORT void operator delete(void *p, std::align_val_t a) noexcept {

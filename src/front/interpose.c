@@ -14,10 +14,10 @@
 
 #define ALIAS(name) __attribute__((alias(#name), copy(name), visibility("default")))
 
-MAGPIE_EXPORT void *malloc(size_t size) {
+MAGPIE_EXPORT MP_ENTRY void *malloc(size_t size) {
   return fast_malloc(size);
 }
-MAGPIE_EXPORT void free(void *p) {
+MAGPIE_EXPORT MP_ENTRY void free(void *p) {
   fast_free(p);
 }
 MAGPIE_EXPORT void *calloc(size_t n, size_t size) {
