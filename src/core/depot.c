@@ -39,9 +39,10 @@
  *      over more pages.
  *   5. Sweep: a thread that stopped allocating a class (mag.c theory 9) asks its depot to give
  *      back its full magazines (depot_sweep). The depot does so once no thread took one for
- *      the sweep interval: a class nobody allocates any more needs none, and its cached blocks
- *      would keep its slabs from emptying until the next reap, long after a program's size mix
- *      moved on. A depot that producers take from keeps its magazines.
+ *      the sweep interval, and tells the thread it may give back its own: a class nobody
+ *      allocates any more needs none, and its cached blocks would keep its slabs from emptying
+ *      until the next reap, long after a program's size mix moved on. A depot that producers
+ *      take from keeps its magazines, and so do its consumers.
  *   6. Lock order: a depot lock is never held while calling the slab layer or the metadata
  *      pools; it is a leaf below the thread registry.
  */
@@ -212,23 +213,24 @@ void depot_put(cache_t *cp, mag_t *m) {
   lock_release(&d->lock);
 }
 
-void depot_sweep(cache_t *cp, uint64_t now, uint64_t idle_ns) {
+bool depot_sweep(cache_t *cp, uint64_t now, uint64_t idle_ns) {
   depot_t *d = &cp->depot;
   mag_t *fulls = NULL;
   uint32_t junk = 0, none = 0;
   lock_acquire(&d->lock);
+  bool idle = d->takes == d->takes_swept && now - d->swept_since >= idle_ns;
   if (d->takes != d->takes_swept) {
     d->takes_swept = d->takes;
     d->swept_since = now;
-  } else if (now - d->swept_since >= idle_ns) {
-    for (mag_t *m; (m = pop(&d->full, &d->nfull, &d->full_min)) != NULL;)
-      push(&fulls, &junk, m);
   }
+  while (idle && d->full)
+    push(&fulls, &junk, pop(&d->full, &d->nfull, &d->full_min));
   lock_release(&d->lock);
   for (mag_t *m; (m = pop(&fulls, &junk, &none)) != NULL;) {
     slab_free(cp, m->rounds, m->n);
     mag_destroy(m);
   }
+  return idle;
 }
 
 void depot_figures(cache_t *cp, depot_figures_t *f) {

@@ -520,7 +520,8 @@ static uint32_t depot_fulls(cache_t *cp) {
 
 /* 15. sweep (mag.c theory 9): while this thread misses in another class, a class it stopped
    allocating gives the blocks in its magazines and its depot back to their slabs within a few
-   sweep intervals, and its slabs go; a class it still allocates from keeps its magazines. */
+   sweep intervals, and its slabs go; a class it still allocates from keeps its magazines; a
+   depot keeps its magazines while threads take them. */
 static void sweep_cold_class(void) {
   enum { COLD = 2000, WARM = 64, BURST = 256 };
   static void *cold_blocks[COLD], *warm_blocks[WARM], *burst[BURST];
@@ -552,6 +553,37 @@ static void sweep_cold_class(void) {
   mag_check();
   magpie_trim();
   UCHECK(unit_total_slabs() == 0);
+
+  /* the depot's half, at chosen times: it gives its full magazines back, and the thread leave
+     to give its own, only after a whole interval in which no thread took one */
+  cache_t *oc = (cache_t *)magpie_cache_create("sweep", 64, 0, NULL, NULL, NULL, 0);
+  UCHECK(oc != NULL);
+  void *objs[4]; /* all taken first: a miss of the cache would take a magazine put below */
+  for (int i = 0; i < 4; i++)
+    UCHECK((objs[i] = magpie_cache_alloc((magpie_cache_t *)oc, MAGPIE_DEFAULT)) != NULL);
+  for (int k = 0; k < 2; k++) {
+    mag_t *m = depot_mag_new(2);
+    UCHECK(m != NULL);
+    m->rounds[0] = objs[2 * k];
+    m->rounds[1] = objs[2 * k + 1];
+    m->n = 2;
+    depot_put(oc, m);
+  }
+  uint64_t interval = 10000000u, t0 = os_now_ns();
+  for (int step = 0; step < 5; step++) {
+    if (step == 0 || step == 2) { /* a take (put back at once) */
+      mag_t *m = depot_alloc_exchange(oc, &mag_empty, mag_tls->tid);
+      UCHECK(m && m->n == 2);
+      depot_put(oc, m);
+    }
+    /* 0: a take since the last look; 1: half an interval without; 2: a take again; 3: a
+       whole interval after it; 4: and one more look */
+    static const uint64_t at[5] = {0, 5000000u, 10000001u, 20000002u, 20000003u};
+    bool idle = depot_sweep(oc, t0 + at[step], interval);
+    UCHECK(idle == (step >= 3) && depot_fulls(oc) == (step >= 3 ? 0 : 2));
+  }
+  UCHECK(class_slabs(oc) == 0);
+  magpie_cache_destroy((magpie_cache_t *)oc);
 }
 
 static void obj_dtor(void *obj, void *arg) {
