@@ -20,7 +20,7 @@
 
 #define MAGPIE_AREA_MAGIC 0x545345495047414dull /* the bytes "MAGPIEST" */
 #define MAGPIE_AREA_MAJOR 1
-#define MAGPIE_AREA_MINOR 2
+#define MAGPIE_AREA_MINOR 3
 /* The memfd's name: /proc/PID/fd/N links to "/memfd:<name> (deleted)". */
 #define MAGPIE_AREA_NAME "magpie-live-stats"
 
@@ -68,6 +68,8 @@ typedef struct magpie_area_class {
   uint64_t slab_objects_out;    /* objects out of the slabs: live or cached */
   /* 1.1: bytes lost to rounding, estimated from the heap profiler's samples (0 without) */
   uint64_t rounding_bytes;
+  /* 1.3: objects that threads' sweeps gave back from magazines and the depot to the slabs */
+  uint64_t swept;
 } magpie_area_class_t;
 
 /* One lock, or a set of locks summed (name says which). */

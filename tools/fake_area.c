@@ -87,7 +87,8 @@ int main(void) {
                                .slabs = max,
                                .slab_objects = max,
                                .slab_objects_out = max,
-                               .rounding_bytes = max};
+                               .rounding_bytes = max,
+                               .swept = max};
     *l =
         (magpie_area_lock_t){.name = "heap-arena", .acquisitions = v, .contended = v, .wait_ns = v};
     *t = (magpie_area_thread_t){max, max, max, max, max};

@@ -497,6 +497,7 @@ def test_counters():
     check(c["slab_objects_out"] >= 500 and c["slab_objects"] >= c["slab_objects_out"]
           and c["slabs"] >= 1 and c["misses"] >= 1 and c["mag_rounds"] >= 1, "slab figures: %s" % c)
     check(j["rounding_bytes"] >= 1000 * (c["size"] - 3000), "rounding covers the class: %s" % j)
+    check(all(k["swept"] >= 0 for k in j["classes"]), "every class row counts its sweeps: %s" % c)
     main = [t for t in j["threads"] if t["allocs"] >= 1000]
     check(len(main) == 1 and main[0]["frees"] >= 500 and main[0]["bytes_requested"] >= 1000 * 3000,
           "the probe's thread, live at exit, with its allocations: %s" % j["threads"])

@@ -71,6 +71,7 @@ typedef struct cache {
      to the depot's lock and fields (one line transfer on many cores, not two) */
   depot_t depot __attribute__((aligned(OS_LINE)));
   uint64_t misses; /* operations that went past a thread's or CPU's magazines (atomic) */
+  uint64_t swept;  /* objects sweeps gave back to the slabs (atomic; mag.c theory 9) */
   /* rarely written: object caches' exited threads' counts (mag_registry_lock) and their list
      of all object caches (cache_list_lock) */
   uint64_t exited_allocs, exited_frees;

@@ -227,6 +227,7 @@ bool depot_sweep(cache_t *cp, uint64_t now, uint64_t idle_ns) {
     push(&fulls, &junk, pop(&d->full, &d->nfull, &d->full_min));
   lock_release(&d->lock);
   for (mag_t *m; (m = pop(&fulls, &junk, &none)) != NULL;) {
+    __atomic_add_fetch(&cp->swept, m->n, __ATOMIC_RELAXED);
     slab_free(cp, m->rounds, m->n);
     mag_destroy(m);
   }

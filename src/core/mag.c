@@ -334,6 +334,7 @@ void mag_drain(cache_t *cp, mag_t *m) {
 /* Gives the rounds of m, a thread's (counted held), back to their slabs; m stays, empty. */
 static void mag_give_home(cache_t *cp, mag_t *m) {
   if (m->n == 0) return; /* the sentinel among them: never written */
+  __atomic_add_fetch(&cp->swept, m->n, __ATOMIC_RELAXED);
   mag_held_add(-(ptrdiff_t)(m->n * cp->size));
   mag_drain(cp, m);
 }

@@ -154,6 +154,7 @@ static void snap_cache(cache_t *cp, uint64_t kind, uint64_t index, uint64_t allo
     row->slab_objects = slabs * cp->per_slab;
     row->slab_objects_out = out;
     row->rounding_bytes = rounding;
+    row->swept = __atomic_load_n(&cp->swept, __ATOMIC_RELAXED);
     SNAP->cached_bytes += (row->cached_mags + row->cached_depot) * cp->size;
     SNAP->misses += misses;
   }

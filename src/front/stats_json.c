@@ -54,6 +54,7 @@ static void json_cache_figures(report_buf_t *b, const magpie_area_class_t *r) {
       {"slab_objects", r->slab_objects},
       {"slab_objects_out", r->slab_objects_out},
       {"rounding_bytes", r->rounding_bytes},
+      {"swept", r->swept},
   };
   json_figures(b, figures, sizeof figures / sizeof figures[0]);
 }

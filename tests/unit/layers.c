@@ -545,6 +545,7 @@ static void sweep_cold_class(void) {
       magpie_free(burst[i]);
   }
   UCHECK(class_slabs(cold) == 0 && depot_fulls(cold) == 0);
+  UCHECK(__atomic_load_n(&cold->swept, __ATOMIC_RELAXED) > 0);      /* counted for the statistics */
   UCHECK(os_now_ns() - start >= (uint64_t)opt.sweep_ms * 1000000u); /* not before an interval */
   uint32_t warm_rounds = 0, cold_rounds = 0;
   mag_top_find(mag_tls->own[warm->id].top, &warm_rounds);
@@ -582,7 +583,7 @@ static void sweep_cold_class(void) {
     bool idle = depot_sweep(oc, t0 + at[step], interval);
     UCHECK(idle == (step >= 3) && depot_fulls(oc) == (step >= 3 ? 0 : 2));
   }
-  UCHECK(class_slabs(oc) == 0);
+  UCHECK(class_slabs(oc) == 0 && oc->swept == 4);
   magpie_cache_destroy((magpie_cache_t *)oc);
 }
 

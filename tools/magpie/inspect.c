@@ -40,9 +40,10 @@ static void json_classes(FILE *out, const live_snapshot_t *s, int full) {
               ",\"class\":%" PRIu64 ",\"misses\":%" PRIu64 ",\"depot_exchanges\":%" PRIu64
               ",\"mag_rounds\":%" PRIu64 ",\"cached_mags\":%" PRIu64 ",\"cached_depot\":%" PRIu64
               ",\"slabs\":%" PRIu64 ",\"slab_objects\":%" PRIu64 ",\"slab_objects_out\":%" PRIu64
-              ",\"rounding_bytes\":%" PRIu64,
+              ",\"rounding_bytes\":%" PRIu64 ",\"swept\":%" PRIu64,
               c->index, c->misses, c->depot_exchanges, c->mag_rounds, c->cached_mags,
-              c->cached_depot, c->slabs, c->slab_objects, c->slab_objects_out, c->rounding_bytes);
+              c->cached_depot, c->slabs, c->slab_objects, c->slab_objects_out, c->rounding_bytes,
+              c->swept);
     fputc('}', out);
   }
   fputc(']', out);
