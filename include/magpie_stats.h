@@ -68,7 +68,7 @@ typedef struct magpie_area_class {
   uint64_t slab_objects_out;    /* objects out of the slabs: live or cached */
   /* 1.1: bytes lost to rounding, estimated from the heap profiler's samples (0 without) */
   uint64_t rounding_bytes;
-  /* 1.3: objects that threads' sweeps had the depot give back to the slabs (sweep_ms) */
+  /* 1.3: objects threads' sweeps gave back from the depot and magazines to the slabs */
   uint64_t swept;
 } magpie_area_class_t;
 

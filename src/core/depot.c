@@ -39,9 +39,10 @@
  *      over more pages.
  *   5. Sweep: a thread that stopped allocating a class (mag.c theory 9) asks its depot to give
  *      back its full magazines (depot_sweep). The depot does so once no thread took one for
- *      the sweep interval: a class nobody allocates any more needs none, and its cached blocks
- *      would keep its slabs from emptying until the next reap, long after a program's size mix
- *      moved on. A depot that producers take from keeps its magazines.
+ *      the sweep interval, and tells the thread it may give back its own: a class nobody
+ *      allocates any more needs none, and its cached blocks would keep its slabs from emptying
+ *      until the next reap, long after a program's size mix moved on. A depot that producers
+ *      take from keeps its magazines, and so do its consumers.
  *   6. Lock order: a depot lock is never held while calling the slab layer or the metadata
  *      pools; it is a leaf below the thread registry.
  */
@@ -212,7 +213,7 @@ void depot_put(cache_t *cp, mag_t *m) {
   lock_release(&d->lock);
 }
 
-void depot_sweep(cache_t *cp, uint64_t now, uint64_t idle_ns) {
+bool depot_sweep(cache_t *cp, uint64_t now, uint64_t idle_ns) {
   depot_t *d = &cp->depot;
   mag_t *fulls = NULL;
   uint32_t junk = 0, none = 0;
@@ -230,6 +231,7 @@ void depot_sweep(cache_t *cp, uint64_t now, uint64_t idle_ns) {
     slab_free(cp, m->rounds, m->n);
     mag_destroy(m);
   }
+  return idle;
 }
 
 void depot_figures(cache_t *cp, depot_figures_t *f) {

@@ -37,8 +37,8 @@ void depot_reap(cache_t *cp, bool everything);
 
 /* A thread stopped allocating cp's objects (mag.c theory 9): where no thread took a full
    magazine from the depot for idle_ns (as sweeps at now saw it), its full magazines go back to
-   the slab layer (theory 5). */
-void depot_sweep(cache_t *cp, uint64_t now, uint64_t idle_ns);
+   the slab layer (theory 5), and it returns true: the thread's pair may go too. */
+bool depot_sweep(cache_t *cp, uint64_t now, uint64_t idle_ns);
 
 /* A depot's figures for statistics, read under its lock. */
 typedef struct depot_figures {

@@ -54,13 +54,16 @@
  *      the new classes take slabs of their own (docs/decisions/class-sweep.md). So a thread
  *      with magazines of its own looks at its classes every sweep_ms, on a slow path (every
  *      MAG_SWEEP_MISSES misses it reads the clock): a class it allocated none of since the
- *      last look has its depot give its full magazines back to their slabs where no thread
- *      took one for as long (depot.c theory 5). Frees alone do not keep a class: a class
- *      being torn down frees until its last block. The threads' own pairs stay: given back
- *      too, they emptied slabs that the class, used again later, made anew on other pages.
- *      The cost is bounded by the interval: a look at a depot a class and thread per sweep_ms.
- *      Threads on per-CPU magazines keep counts only, and no last look: they leave their
- *      classes to the other threads' sweeps and to the reap.
+ *      last look, whose depot no thread took a full magazine from for as long either, gives
+ *      the depot's full magazines back to their slabs (depot.c theory 5), and where its slabs
+ *      are packed into the slab arena (objects of a page at most: slab_packed) its pair's
+ *      rounds too; the pair stays, empty. A bigger class's pair stays whole: its slabs come
+ *      from the heap arena, which cut the slabs such a class made again later from fresh
+ *      pages while those it freed stayed resident. Frees alone do not keep a class: a class
+ *      being torn down frees until its last block. A consumer, which frees a class it never
+ *      allocates, keeps its magazines while producers take them from the depot. The cost is
+ *      bounded by the interval, not by the operations: one refill a class and thread per
+ *      sweep_ms at most. CPUs' pairs, which many threads share, are left to the reap.
  * Locking: mag_registry_lock guards the registry and mag_folded; a starting thread takes no
  * lock (its tcache waits on mag_registry_pending for the lock's next holder, who links it:
  * mag_registry_enter), nor does an exiting one that finds it taken (its tcache waits on
@@ -331,6 +334,14 @@ void mag_drain(cache_t *cp, mag_t *m) {
   m->n = 0;
 }
 
+/* Gives the rounds of m, a thread's (counted held), back to their slabs; m stays, empty. */
+static void mag_give_home(cache_t *cp, mag_t *m) {
+  if (m->n == 0) return; /* the sentinel among them: never written */
+  __atomic_add_fetch(&cp->swept, m->n, __ATOMIC_RELAXED);
+  mag_held_add(-(ptrdiff_t)(m->n * cp->size));
+  mag_drain(cp, m);
+}
+
 /* The lock a miss of the calling thread in cache cp takes: its tcache's for malloc's classes,
    whose previous magazines mag_reclaim takes; none for object caches, which it leaves
    alone, and whose constructors and destructors, run by the slab layer inside the miss, may
@@ -413,9 +424,10 @@ static void mag_own_pack(tcache_t *tc, unsigned c, mag_pair_t t) {
   __atomic_store_n(&tc->own[c].top, mag_top_load(t.loaded), __ATOMIC_RELAXED);
 }
 
-/* Theory 9, on a slow path of class served under tc's lock: every sweep_ms, the depots of the
-   classes tc used but allocated none of since the last sweep give back their full magazines
-   where no thread takes them; served, just missed (its count comes after), is left alone. */
+/* Theory 9, on a slow path of class served under tc's lock: every sweep_ms, the classes tc
+   used but allocated none of since the last sweep, whose depots no thread takes from, give the
+   rounds of their depots, and of their pairs where their slabs are packed, back to the slab
+   layer; served, just missed (its count comes after), is left alone. */
 static void mag_own_sweep(tcache_t *tc, unsigned served) {
   if (!opt.sweep_ms || tc->misses % MAG_SWEEP_MISSES) return;
   uint64_t now = os_now_ns(), interval = (uint64_t)opt.sweep_ms * 1000000u;
@@ -428,8 +440,14 @@ static void mag_own_sweep(tcache_t *tc, unsigned served) {
       tc->allocs_swept[c] = allocs;
       continue;
     }
-    if (allocs || STAT_READ(o->count.frees)) /* a class tc never used is not its to sweep */
-      depot_sweep(&malloc_caches[c], now, interval);
+    cache_t *cp = &malloc_caches[c];
+    if (!(allocs || STAT_READ(o->count.frees)) || !depot_sweep(cp, now, interval)) continue;
+    if (o->top != MAG_TOP_NONE && slab_packed(cp)) { /* the pair stays, empty (theory 9) */
+      mag_pair_t t = mag_own_unpack(tc, c);
+      mag_give_home(cp, t.loaded);
+      mag_give_home(cp, t.prev);
+      mag_own_pack(tc, c, t);
+    }
   }
 }
 

@@ -475,6 +475,10 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
   return got;
 }
 
+bool slab_packed(const cache_t *cp) {
+  return hugepage_arena(cp->size) == &slab_arena;
+}
+
 void slab_free(cache_t *cp, void **objs, unsigned n) {
   if (cp->dtor)
     for (unsigned i = 0; i < n; i++)

@@ -32,6 +32,10 @@ extern size_t slab_hollow_bytes; /* bytes of slabs given back inside them now (a
 unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run);
 /* Takes back n objects (destructing them first); reports objects that are not the cache's. */
 void slab_free(cache_t *cp, void **objs, unsigned n);
+/* Whether cp's slabs are packed into the slab arena's huge pages, where the pages of a slab
+   that empties go to the next slab made (vmem.c theory 9), rather than cut from the heap
+   arena. */
+bool slab_packed(const cache_t *cp);
 /* The slab holding obj if it is an object start of cache cp's slabs, else NULL. No lock: a
    slab's base and cache never change while its pages map to it. */
 static inline slab_t *slab_of(const cache_t *cp, const void *obj) {

@@ -518,15 +518,25 @@ static uint32_t depot_fulls(cache_t *cp) {
   return n;
 }
 
-/* 15. sweep (mag.c theory 9): while this thread misses in another class, the depot of a class
-   it stopped allocating gives its blocks back to their slabs within a few sweep intervals, and
-   the slabs they held go; the thread's own magazines stay, of that class and of one it still
-   allocates from; a depot keeps its magazines while threads take them. */
+/* 15. sweep (mag.c theory 9): while this thread misses in another class, a class it stopped
+   allocating gives the blocks in its magazines and its depot back to their slabs within a few
+   sweep intervals, and its slabs go; one whose slabs are not packed (blocks over a page) only
+   its depot's; a class it still allocates from keeps its magazines; a depot keeps its
+   magazines while threads take them. */
 static void sweep_cold_class(void) {
-  enum { COLD = 2000, WARM = 64, BURST = 256 };
-  static void *cold_blocks[COLD], *warm_blocks[WARM], *burst[BURST];
+  enum { COLD = 2000, BIG = 200, WARM = 64, BURST = 256 };
+  static void *cold_blocks[COLD], *big_blocks[BIG], *warm_blocks[WARM], *burst[BURST];
   cache_t *cold = &malloc_caches[sc_of(48)], *warm = &malloc_caches[sc_of(80)];
+  cache_t *big = &malloc_caches[sc_of(8192)];
+  UCHECK(slab_packed(cold) && !slab_packed(big));
   magpie_trim();
+  for (int i = 0; i < BIG; i++)
+    UCHECK((big_blocks[i] = magpie_malloc(8192)) != NULL);
+  for (int i = 0; i < BIG; i++)
+    magpie_free(big_blocks[i]);
+  uint32_t big_rounds = 0, big_after = 0;
+  mag_top_find(mag_tls->own[big->id].top, &big_rounds);
+  UCHECK(big_rounds > 0 && depot_fulls(big) > 0);
   for (int i = 0; i < COLD; i++)
     UCHECK((cold_blocks[i] = magpie_malloc(48)) != NULL);
   for (int i = 0; i < WARM; i++)
@@ -535,31 +545,30 @@ static void sweep_cold_class(void) {
     magpie_free(cold_blocks[i]); /* 96 KiB: the depot keeps what the magazines cannot */
   for (int i = 0; i < WARM; i++)
     magpie_free(warm_blocks[i]);
-  size_t cold_slabs = class_slabs(cold);
-  uint32_t cold_rounds = 0, warm_rounds = 0;
-  mag_top_find(mag_tls->own[cold->id].top, &cold_rounds);
-  UCHECK(cold_slabs > 1 && depot_fulls(cold) > 0 && cold_rounds > 0);
+  UCHECK(class_slabs(cold) > 0 && depot_fulls(cold) > 0);
   uint64_t start = os_now_ns(), deadline = start + 5000000000u;
-  while (depot_fulls(cold) > 0 && os_now_ns() < deadline) {
+  while ((class_slabs(cold) > 0 || depot_fulls(big) > 0) && os_now_ns() < deadline) {
     magpie_free(magpie_malloc(80)); /* warm: allocated from on every round */
     for (int i = 0; i < BURST; i++) /* more than two magazines of 1 KiB blocks: misses */
       UCHECK((burst[i] = magpie_malloc(1024)) != NULL);
     for (int i = 0; i < BURST; i++)
       magpie_free(burst[i]);
   }
-  UCHECK(depot_fulls(cold) == 0 && class_slabs(cold) < cold_slabs);
+  UCHECK(class_slabs(cold) == 0 && depot_fulls(cold) == 0);
   UCHECK(__atomic_load_n(&cold->swept, __ATOMIC_RELAXED) > 0);      /* counted for the statistics */
   UCHECK(os_now_ns() - start >= (uint64_t)opt.sweep_ms * 1000000u); /* not before an interval */
-  uint32_t still = 0;
+  uint32_t warm_rounds = 0, cold_rounds = 0;
   mag_top_find(mag_tls->own[warm->id].top, &warm_rounds);
-  mag_top_find(mag_tls->own[cold->id].top, &still);
-  UCHECK(warm_rounds > 0 && still == cold_rounds && class_slabs(warm) > 0);
+  mag_top_find(mag_tls->own[cold->id].top, &cold_rounds);
+  mag_top_find(mag_tls->own[big->id].top, &big_after);
+  UCHECK(warm_rounds > 0 && cold_rounds == 0 && class_slabs(warm) > 0);
+  UCHECK(depot_fulls(big) == 0 && big_after == big_rounds);
   mag_check();
   magpie_trim();
   UCHECK(unit_total_slabs() == 0);
 
-  /* the depot's rule, at chosen times: it gives its full magazines back only after a whole
-     interval in which no thread took one */
+  /* the depot's half, at chosen times: it gives its full magazines back, and the thread leave
+     to give its own, only after a whole interval in which no thread took one */
   cache_t *oc = (cache_t *)magpie_cache_create("sweep", 64, 0, NULL, NULL, NULL, 0);
   UCHECK(oc != NULL);
   void *objs[4]; /* all taken first: a miss of the cache would take a magazine put below */
@@ -583,8 +592,8 @@ static void sweep_cold_class(void) {
     /* 0: a take since the last look; 1: half an interval without; 2: a take again; 3: a
        whole interval after it; 4: and one more look */
     static const uint64_t at[5] = {0, 5000000u, 10000001u, 20000002u, 20000003u};
-    depot_sweep(oc, t0 + at[step], interval);
-    UCHECK(depot_fulls(oc) == (step >= 3 ? 0 : 2));
+    bool idle = depot_sweep(oc, t0 + at[step], interval);
+    UCHECK(idle == (step >= 3) && depot_fulls(oc) == (step >= 3 ? 0 : 2));
   }
   UCHECK(class_slabs(oc) == 0 && oc->swept == 4);
   magpie_cache_destroy((magpie_cache_t *)oc);
