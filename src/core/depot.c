@@ -114,6 +114,19 @@ static mag_t *pop(mag_t **list, uint32_t *count, uint32_t *low) {
   return m;
 }
 
+/* Gives the rounds of the magazines on list ms, taken off a depot, back to their slabs and the
+   magazines to their pools; returns the rounds. */
+static uint64_t mags_home(cache_t *cp, mag_t *ms) {
+  uint64_t rounds = 0;
+  for (mag_t *m; (m = ms) != NULL;) {
+    ms = m->next;
+    rounds += m->n;
+    slab_free(cp, m->rounds, m->n);
+    mag_destroy(m);
+  }
+  return rounds;
+}
+
 static void depot_grow(depot_t *d) {
   if (d->cap < d->cap_max)
     __atomic_store_n(&d->cap, d->cap * 2, __ATOMIC_RELAXED); /* depot_cap reads it unlocked */
@@ -216,21 +229,19 @@ void depot_put(cache_t *cp, mag_t *m) {
 bool depot_sweep(cache_t *cp, uint64_t now, uint64_t idle_ns) {
   depot_t *d = &cp->depot;
   mag_t *fulls = NULL;
-  uint32_t junk = 0, none = 0;
   lock_acquire(&d->lock);
   bool idle = d->takes == d->takes_swept && now - d->swept_since >= idle_ns;
   if (d->takes != d->takes_swept) {
     d->takes_swept = d->takes;
     d->swept_since = now;
   }
-  while (idle && d->full)
-    push(&fulls, &junk, pop(&d->full, &d->nfull, &d->full_min));
-  lock_release(&d->lock);
-  for (mag_t *m; (m = pop(&fulls, &junk, &none)) != NULL;) {
-    __atomic_add_fetch(&cp->swept, m->n, __ATOMIC_RELAXED);
-    slab_free(cp, m->rounds, m->n);
-    mag_destroy(m);
+  if (idle) { /* the whole list */
+    fulls = d->full;
+    d->full = NULL;
+    d->nfull = d->full_min = 0;
   }
+  lock_release(&d->lock);
+  if (fulls) __atomic_add_fetch(&cp->swept, mags_home(cp, fulls), __ATOMIC_RELAXED);
   return idle;
 }
 
@@ -262,10 +273,7 @@ void depot_reap(cache_t *cp, bool everything) {
   if (d->contended > DEPOT_GROW_CONTENDED) depot_grow(d);
   d->contended = 0;
   lock_release(&d->lock);
-  for (mag_t *m; (m = pop(&fulls, &junk, &none)) != NULL;) {
-    slab_free(cp, m->rounds, m->n);
-    mag_destroy(m);
-  }
+  mags_home(cp, fulls);
   for (mag_t *m; (m = pop(&empties, &junk, &none)) != NULL;)
     mag_destroy(m);
 }

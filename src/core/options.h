@@ -13,15 +13,14 @@ extern const char *const opt_hugepages_words[OPT_HUGE_WORDS]; /* the option's va
 #define OPT_MAG_ROUNDS_MAX 256 /* the largest first magazine (cache.c) */
 
 typedef struct options {
-  size_t stats;         /* report at exit: OPT_STATS_OFF, _TEXT or _JSON */
-  char stats_file[256]; /* report path ("%p" becomes the pid); empty = stderr */
-  size_t mag_rounds;    /* initial magazine size for every class; 0 = per-class default */
-  size_t reap_ms;       /* how often depots and arenas give back what was not needed */
-  size_t sweep_ms;   /* a class a thread stops allocating sends its cached blocks home after this; 0
-                        off */
-  size_t publish_ms; /* how often the reap publishes the live statistics; 0: reap_ms */
-  size_t retain;     /* free bytes an arena keeps mapped (dirty) between reaps */
-  size_t large_own;  /* blocks of at least this size get their own mapping */
+  size_t stats;           /* report at exit: OPT_STATS_OFF, _TEXT or _JSON */
+  char stats_file[256];   /* report path ("%p" becomes the pid); empty = stderr */
+  size_t mag_rounds;      /* initial magazine size for every class; 0 = per-class default */
+  size_t reap_ms;         /* how often depots and arenas give back what was not needed */
+  size_t sweep_ms;        /* a class no thread allocates sends its blocks home after this; 0 off */
+  size_t publish_ms;      /* how often the reap publishes the live statistics; 0: reap_ms */
+  size_t retain;          /* free bytes an arena keeps mapped (dirty) between reaps */
+  size_t large_own;       /* blocks of at least this size get their own mapping */
   size_t calloc_populate; /* calloc maps fresh pages of blocks up to this size at once */
   size_t sample;          /* about one small allocation in this many gets a guard page; 0 off */
   size_t reaper; /* 1: a background thread reaps once the heap is big, in a program that runs

@@ -24,7 +24,8 @@
  *     os_purge_list_run: tests/unit/CMakeLists.txt);
  *   - a thread starts and exits while another holds the registry's lock, counted once;
  *   - a class the thread stopped allocating sends its cached blocks home within a few sweep
- *     intervals of misses elsewhere, its depot's too; a class it allocates keeps them.
+ *     intervals of misses elsewhere, its depot's too (a class of blocks over a page, its
+ *     depot's only); a class it allocates keeps them; a depot others take from keeps its own.
  * Malloc's magazines are per thread here (percpu=0); tests/unit/percpu.c tests the per-CPU ones.
  */
 #define _GNU_SOURCE /* pthread_timedjoin_np */
@@ -503,14 +504,7 @@ static int obj_ctor(void *obj, void *arg, int flags) {
   return 0;
 }
 
-/* Slabs of cp and full magazines in its depot, each read under its lock. */
-static size_t class_slabs(cache_t *cp) {
-  lock_acquire(&cp->slab_lock);
-  size_t n = cp->slabs;
-  lock_release(&cp->slab_lock);
-  return n;
-}
-
+/* The full magazines in cp's depot, read under its lock. */
 static uint32_t depot_fulls(cache_t *cp) {
   lock_acquire(&cp->depot.lock);
   uint32_t n = cp->depot.nfull;
@@ -545,30 +539,30 @@ static void sweep_cold_class(void) {
     magpie_free(cold_blocks[i]); /* 96 KiB: the depot keeps what the magazines cannot */
   for (int i = 0; i < WARM; i++)
     magpie_free(warm_blocks[i]);
-  UCHECK(class_slabs(cold) > 0 && depot_fulls(cold) > 0);
+  UCHECK(unit_class_slabs(cold) > 0 && depot_fulls(cold) > 0);
   uint64_t start = os_now_ns(), deadline = start + 5000000000u;
-  while ((class_slabs(cold) > 0 || depot_fulls(big) > 0) && os_now_ns() < deadline) {
+  while ((unit_class_slabs(cold) > 0 || depot_fulls(big) > 0) && os_now_ns() < deadline) {
     magpie_free(magpie_malloc(80)); /* warm: allocated from on every round */
     for (int i = 0; i < BURST; i++) /* more than two magazines of 1 KiB blocks: misses */
       UCHECK((burst[i] = magpie_malloc(1024)) != NULL);
     for (int i = 0; i < BURST; i++)
       magpie_free(burst[i]);
   }
-  UCHECK(class_slabs(cold) == 0 && depot_fulls(cold) == 0);
+  UCHECK(unit_class_slabs(cold) == 0 && depot_fulls(cold) == 0);
   UCHECK(__atomic_load_n(&cold->swept, __ATOMIC_RELAXED) > 0);      /* counted for the statistics */
   UCHECK(os_now_ns() - start >= (uint64_t)opt.sweep_ms * 1000000u); /* not before an interval */
   uint32_t warm_rounds = 0, cold_rounds = 0;
   mag_top_find(mag_tls->own[warm->id].top, &warm_rounds);
   mag_top_find(mag_tls->own[cold->id].top, &cold_rounds);
   mag_top_find(mag_tls->own[big->id].top, &big_after);
-  UCHECK(warm_rounds > 0 && cold_rounds == 0 && class_slabs(warm) > 0);
+  UCHECK(warm_rounds > 0 && cold_rounds == 0 && unit_class_slabs(warm) > 0);
   UCHECK(depot_fulls(big) == 0 && big_after == big_rounds);
   mag_check();
   magpie_trim();
   UCHECK(unit_total_slabs() == 0);
 
-  /* the depot's half, at chosen times: it gives its full magazines back, and the thread leave
-     to give its own, only after a whole interval in which no thread took one */
+  /* the depot's half, at chosen times: it gives its full magazines back, and tells the thread
+     it may give back its own, only after a whole interval in which no thread took one */
   cache_t *oc = (cache_t *)magpie_cache_create("sweep", 64, 0, NULL, NULL, NULL, 0);
   UCHECK(oc != NULL);
   void *objs[4]; /* all taken first: a miss of the cache would take a magazine put below */
@@ -595,7 +589,7 @@ static void sweep_cold_class(void) {
     bool idle = depot_sweep(oc, t0 + at[step], interval);
     UCHECK(idle == (step >= 3) && depot_fulls(oc) == (step >= 3 ? 0 : 2));
   }
-  UCHECK(class_slabs(oc) == 0 && oc->swept == 4);
+  UCHECK(unit_class_slabs(oc) == 0 && oc->swept == 4);
   magpie_cache_destroy((magpie_cache_t *)oc);
 }
 

@@ -28,13 +28,18 @@ static inline void unit_block_free(void *p) {
   magpie_free(p);
 }
 
+/* The slabs cache cp holds, read under its slab lock. */
+static inline size_t unit_class_slabs(cache_t *cp) {
+  lock_acquire(&cp->slab_lock);
+  size_t n = cp->slabs;
+  lock_release(&cp->slab_lock);
+  return n;
+}
+
 static inline size_t unit_total_slabs(void) {
   size_t n = 0;
-  for (unsigned c = 1; c <= SC_COUNT; c++) {
-    lock_acquire(&malloc_caches[c].slab_lock);
-    n += malloc_caches[c].slabs;
-    lock_release(&malloc_caches[c].slab_lock);
-  }
+  for (unsigned c = 1; c <= SC_COUNT; c++)
+    n += unit_class_slabs(&malloc_caches[c]);
   return n;
 }
 
