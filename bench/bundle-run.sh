@@ -24,7 +24,10 @@
 #                           kernel has none, runs.csv says counters=none:ERRNO and goes on)
 #   VARIANTS="percpu_threads=1 hugepages=never+retain=0"  magpie again under each of these
 #                           MAGPIE_OPTIONS sets ('+' between the options of one), as the
-#                           allocators magpie[SET], alternating with the others (no exit reports)
+#                           allocators magpie[SET], alternating with the others (no exit reports);
+#                           PEER@SET a peer again under its own options, as PEER[SET]:
+#                           jemalloc@narenas:1 (MALLOC_CONF, '+' made ','), mimalloc@NAME=V or
+#                           mimalloc3@NAME=V (MIMALLOC_NAME=V each). Variants are no peers.
 # Each program runs as: ld-linux-x86-64.so.2 --library-path lib [--preload libX.so] bench_prog
 # under bench_rusage (itself run by the bundled ld.so), which gives exit status, wall time and
 # peak RSS. Only shell built-ins are needed besides the bundle (clock: /proc/uptime).
@@ -79,11 +82,20 @@ while IFS='|' read -r name lib version; do
     allocs="$allocs $name|$lib"
     n_allocs=$((n_allocs + 1))
   fi
-  [ "$name" = magpie ] || continue
   for v in ${VARIANTS:-}; do
-    allocs="$allocs magpie[$v]|$lib"
+    case $v in
+    *@*) [ "${v%%@*}" = "$name" ] || continue; v=${v#*@} ;;
+    *) [ "$name" = magpie ] || continue ;;
+    esac
+    case $name in
+    magpie) var=MAGPIE_OPTIONS= ;;
+    jemalloc) var=MALLOC_CONF= ;;
+    mimalloc | mimalloc3) var=MIMALLOC_ ;;
+    *) echo "run.sh: VARIANTS: no options variable for $name" >&2; exit 2 ;;
+    esac
+    allocs="$allocs $name[$v]|$lib"
     n_allocs=$((n_allocs + 1))
-    echo "magpie[$v]|$lib|$version, MAGPIE_OPTIONS=$v" >> "$out/allocators.txt"
+    echo "$name[$v]|$lib|$version, $var$v" >> "$out/allocators.txt"
   done
 done < "$here/allocators.txt"
 
@@ -94,7 +106,7 @@ preloads=ok
 for pair in $allocs; do
   name=${pair%%|*}
   lib=${pair#*|}
-  case $name in "" | magpie\[*) continue ;; esac # a variant's library is magpie's, checked
+  case $name in "" | *\[*) continue ;; esac # a variant's library is its allocator's, checked
   [ -n "$lib" ] || continue
   served=no
   MAGPIE_OPTIONS=stats=1 "$ld" --library-path "$libs" --preload "$here/$lib" \
@@ -142,18 +154,19 @@ while [ $rep -le "$REPS" ] && [ "$ended" = complete ]; do
       mopts= # magpie's counters, written at its exit: the run itself is the same
       [ "$name" = magpie ] && [ "${STATS:-1}" != 0 ] &&
         mopts="stats=json,stats_file=$out/stats/$wl-t$t-r$rep.json"
+      vset= # a variant's option set, '+' made ','
       case $name in
-      magpie\[*) # its option set, '+' made ','
-        v=${name#magpie[}
+      *\[*)
+        v=${name#*[}
         v=${v%]}
         while :; do
           case $v in
           *+*)
-            mopts="$mopts${v%%+*},"
+            vset="$vset${v%%+*},"
             v=${v#*+}
             ;;
           *)
-            mopts="$mopts$v"
+            vset="$vset$v"
             break
             ;;
           esac
@@ -161,10 +174,22 @@ while [ $rep -le "$REPS" ] && [ "$ended" = complete ]; do
         ;;
       esac
       if [ -n "$lib" ]; then
-        MAGPIE_OPTIONS=$mopts BENCH_COUNTERS=${COUNTERS:-1} BENCH_TIMEOUT_S=$TIMEOUT_S \
-          "$ld" --library-path "$libs" "$here/bench_rusage" "$tmp/stat" \
-          "$ld" --library-path "$libs" --preload "$here/$lib" "$here/$prog" $args \
-          > "$tmp/stdout" 2> "$tmp/stderr" < /dev/null
+        (
+          case $name in
+          magpie\[*) mopts=$vset ;;
+          jemalloc\[*) export MALLOC_CONF="$vset" ;;
+          mimalloc*\[*)
+            IFS=,
+            for o in $vset; do export "MIMALLOC_$o"; done
+            IFS=' 	
+'
+            ;;
+          esac
+          MAGPIE_OPTIONS=$mopts BENCH_COUNTERS=${COUNTERS:-1} BENCH_TIMEOUT_S=$TIMEOUT_S \
+            exec "$ld" --library-path "$libs" "$here/bench_rusage" "$tmp/stat" \
+            "$ld" --library-path "$libs" --preload "$here/$lib" "$here/$prog" $args \
+            > "$tmp/stdout" 2> "$tmp/stderr" < /dev/null
+        )
       else
         BENCH_COUNTERS=${COUNTERS:-1} BENCH_TIMEOUT_S=$TIMEOUT_S \
           "$ld" --library-path "$libs" "$here/bench_rusage" "$tmp/stat" \

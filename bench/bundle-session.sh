@@ -21,7 +21,7 @@
 #   WORKLOADS="threadchurn larson scratch"   the matrix's workloads besides prodcons
 #   ALLOCATORS="magpie magbase mimalloc3 jemalloc mimalloc tcmalloc"   those that are bundled
 #   REPS=3               the matrix's repetitions
-#   VARIANTS=""          magpie's MAGPIE_OPTIONS sets, as run.sh takes them
+#   VARIANTS=""          magpie's MAGPIE_OPTIONS sets and peers' (PEER@SET), as run.sh takes them
 #   LARGE_REPS=3         rounds of the large rows
 #   LARGE_THREADS=16     their threads
 #   LARGE_MIB=256        their heap, MiB (-n; each run builds it 3 times, -i)

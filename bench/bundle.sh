@@ -14,7 +14,8 @@
 # profile.sh source); where the host has perf and objdump, they too with profile.sh
 # (bench/bundle-profile.sh: sampled profiles of chosen cells). bench/README.md says how to run it.
 #
-#   bench/bundle.sh [-t THREADS] [-w WORK] [-b BUILD] [-B REV] [-V NAME=REV]... [-n] [-P] [DEST]
+#   bench/bundle.sh [-t THREADS] [-w WORK] [-b BUILD] [-B REV] [-V NAME=REV|PATCH]... [-n] [-P]
+#                   [DEST]
 #     THREADS  comma-separated thread counts (default 1,4,16,64)
 #     WORK     factor on each program's total work (default 6: on 16 CPUs a run at 16 threads
 #              then takes 0.1-0.3 s, at 1 thread 0.6-3 s)
@@ -25,6 +26,8 @@
 #     NAME=REV also libmagpie.so of REV as the allocator NAME, which must begin with "mag"
 #              (bench/scaling.py reports such builds against the peers, not as peers): an
 #              experiment committed on a branch of its own, say; -B REV is -V magbase=REV
+#     NAME=PATCH   also libmagpie.so of HEAD with the patch file PATCH applied (git apply), as
+#              the allocator NAME: the experiments in bench/variants/, which a fresh clone has
 #     -n       fetch nothing: leave out mimalloc3 unless it is already under BUILD/peers
 #     -P       no profiler: leave out perf, objdump and profile.sh (about 35 MiB)
 #     DEST     the bundle (default bundle/ at the top of the checkout, ignored by git)
@@ -36,7 +39,7 @@ build=$root/${BUILD:-build}
 builds= # NAME=REV ...
 fetch=yes
 profile=yes
-usage() { sed -n '2,28p' "$0" >&2; exit 2; }
+usage() { sed -n '2,33p' "$0" >&2; exit 2; }
 while getopts t:w:b:B:V:nP opt; do
   case $opt in
   t) threads=$OPTARG ;;
@@ -83,14 +86,23 @@ m3=$build/peers/mimalloc3/cmeel.prefix/lib/libmimalloc.so.3
 [ -e "$m3" ] && add_lib mimalloc3 "$m3" "cmeel-mimalloc 3.4.3 (PyPI)"
 for nr in $builds; do # each REV in a worktree of its own, built and dropped
   name=${nr%%=*}
-  rev=$(git -C "$root" rev-parse --short "${nr#*=}^{commit}")
+  patch= # NAME=PATCH: HEAD with the patch applied
+  if [ -f "${nr#*=}" ]; then
+    patch=$(cd "$(dirname "${nr#*=}")" && pwd)/$(basename "${nr#*=}")
+    rev=$(git -C "$root" rev-parse --short HEAD)
+  else
+    rev=$(git -C "$root" rev-parse --short "${nr#*=}^{commit}")
+  fi
   tmp=$(mktemp -d)
   git -C "$root" worktree add -q --detach "$tmp/src" "$rev"
+  [ -z "$patch" ] || git -C "$tmp/src" apply "$patch" ||
+    { echo "bundle: $patch does not apply to $rev" >&2; exit 1; }
   cmake -S "$tmp/src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$tmp/log" 2>&1 &&
     cmake --build "$tmp/build" -j "$(nproc)" --target magpie >> "$tmp/log" 2>&1 ||
     { tail -20 "$tmp/log" >&2; echo "bundle: building $rev failed" >&2; exit 1; }
   cp -L "$tmp/build/libmagpie.so" "$dest/lib$name.so"
-  printf '%s|lib%s.so|git %s\n' "$name" "$name" "$rev" >> "$dest/allocators.txt"
+  printf '%s|lib%s.so|git %s%s\n' "$name" "$name" "$rev" "${patch:+ + $(basename "$patch")}" \
+    >> "$dest/allocators.txt"
   git -C "$root" worktree remove --force "$tmp/src"
   rm -rf "$tmp"
 done

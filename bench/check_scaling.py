@@ -6,7 +6,8 @@
   check_scaling.py bundle BUILD  builds a tiny device bundle (bench/bundle.sh: larson, 1 and 2
                                  threads, a fiftieth of the work, nothing fetched), runs its
                                  runner with a PATH that holds only sh, mkdir, rm, cat, cp, tar
-                                 and gzip (no python3), one variant of magpie's options and
+                                 and gzip (no python3), one variant of magpie's options
+                                 (and jemalloc@narenas:1 where the bundle has jemalloc) and
                                  PACK=1, summarises the .tgz with scaling.py --from-bundle and
                                  checks; then its session.sh, small (one .tgz with the
                                  counters, the packed runs and bench_large's rows), and its
@@ -99,13 +100,14 @@ def check(json_path, csv_path, svg_path, md_path, allocs=ALLOCS):
 
 
 def peers_check():
-    """magpie's other builds (bench/bundle.sh -B, -V) are no peers: a faster magbase or magexp
-    is never a cell's best peer, a peer whose name only resembles theirs is."""
+    """magpie's other builds (bench/bundle.sh -B, -V) and the allocators under option sets
+    (VARIANTS) are no peers: a faster magbase, magexp or jemalloc[narenas:1] is never a cell's
+    best peer, a peer whose name only resembles theirs is."""
     sys.path.insert(0, HERE)
     import scaling
     stats = {("larson", 1, a): {"median": m} for a, m in
              (("magpie", 1.0), ("glibc", 2.0), ("magbase", 5.0), ("magexp", 4.0),
-              ("magpie[x=1]", 6.0), ("mimalloc", 3.0))}
+              ("magpie[x=1]", 6.0), ("jemalloc[narenas:1]", 7.0), ("mimalloc", 3.0))}
     allocs = [k[2] for k in stats]
     best = scaling.best_peer(stats, "larson", 1, allocs)
     return [] if best == ("mimalloc", 3.0) else ["best peer %s, wanted mimalloc" % (best,)]
@@ -145,8 +147,14 @@ def bundle_mode(build, tmp):
     # shows that both reached magpie ('+' made ',').
     report = os.path.join(tmp, "variant.json")
     variant = "stats=json+stats_file=" + report
+    variants = ["magpie[%s]" % variant]
+    # A peer under its own options, where the bundle has jemalloc (PEER@SET): a row of its
+    # own, no peer.
+    with open(os.path.join(dest, "allocators.txt")) as f:
+        if any(line.startswith("jemalloc|") for line in f):
+            variants.append("jemalloc[narenas:1]")
     env = {"PATH": tools, "REPS": "1", "WORKLOADS": "larson", "ALLOCATORS": " ".join(ALLOCS),
-           "VARIANTS": variant, "PACK": "1"}
+           "VARIANTS": variant + " jemalloc@narenas:1" * (len(variants) > 1), "PACK": "1"}
     p = subprocess.run(["sh", os.path.join(dest, "run.sh"), out], env=env, capture_output=True,
                        text=True)
     print(p.stdout + p.stderr)
@@ -161,7 +169,7 @@ def bundle_mode(build, tmp):
         return ["scaling.py --from-bundle exited with status %d" % p.returncode]
     base = os.path.join(out, "scaling")
     failures = check(base + ".json", os.path.join(out, "runs.csv"), base + ".svg", base + ".md",
-                     ALLOCS + ["magpie[%s]" % variant])
+                     ALLOCS + variants)
     if not os.path.exists(report):
         failures.append("the variant's options did not reach magpie: no %s" % report)
     failures += session_check(dest, tools, os.path.join(tmp, "session"))

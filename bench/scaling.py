@@ -517,10 +517,11 @@ def counters_table(counters):
 
 
 def is_variant(name):
-    """Whether name is magpie under an option set of the bundle's VARIANTS (magpie[SET]) or
-    another build of magpie's (bench/bundle.sh -B, -V: magbase, the library a change starts
-    from, or mag<anything>): no peer, but a row of its own against the peers."""
-    return name.startswith(SUBJECT + "[") or (name.startswith("mag") and name != SUBJECT)
+    """Whether name is an allocator under an option set of the bundle's VARIANTS (magpie[SET],
+    jemalloc[SET], ...) or another build of magpie's (bench/bundle.sh -B, -V: magbase, the
+    library a change starts from, or mag<anything>): no peer, but a row of its own against the
+    peers."""
+    return "[" in name or (name.startswith("mag") and name != SUBJECT)
 
 
 def colour(a, allocs):
