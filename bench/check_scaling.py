@@ -4,7 +4,8 @@
   check_scaling.py run BUILD     runs `run.py --scaling` on larson at 1 and 2 threads under glibc
                                  and magpie, one repetition, into a fresh folder, and checks it
   check_scaling.py bundle BUILD  builds a tiny device bundle (bench/bundle.sh: larson, 1 and 2
-                                 threads, a fiftieth of the work, nothing fetched), runs its
+                                 threads, a fiftieth of the work, nothing fetched, and
+                                 magnostat: HEAD with bench/variants/nostat.patch), runs its
                                  runner with a PATH that holds only sh, mkdir, rm, cat, cp, tar
                                  and gzip (no python3), one variant of magpie's options
                                  (and jemalloc@narenas:1 where the bundle has jemalloc) and
@@ -132,11 +133,22 @@ def run_mode(build, tmp):
 def bundle_mode(build, tmp):
     dest = os.path.join(tmp, "bundle")
     out = os.path.join(tmp, "out")
+    patch = os.path.join(HERE, "variants", "nostat.patch")
     p = subprocess.run(["sh", os.path.join(HERE, "bundle.sh"), "-n", "-t", "1,2", "-w", "0.02",
-                        "-b", build, dest], capture_output=True, text=True)
+                        "-b", build, "-V", "magnostat=" + patch, dest], capture_output=True,
+                       text=True)
     print(p.stdout + p.stderr)
     if p.returncode != 0:
         return ["bundle.sh exited with status %d" % p.returncode]
+    # -V NAME=PATCH: HEAD with the patch applied, built and named as such.
+    with open(os.path.join(dest, "allocators.txt")) as f:
+        built = [line for line in f if line.startswith("magnostat|libmagnostat.so|git ")]
+    if not built or not built[0].rstrip().endswith(" + nostat.patch") or \
+            not os.path.exists(os.path.join(dest, "libmagnostat.so")):
+        failures_patch = ["bundle.sh -V magnostat=%s: no such build in the bundle (%s)" %
+                          (patch, built)]
+    else:
+        failures_patch = []
     # The device machine may have no python: the runner gets only a shell and four tools, and
     # tar (with gzip) to pack its output into one file (PACK=1).
     tools = os.path.join(tmp, "path")
@@ -172,7 +184,7 @@ def bundle_mode(build, tmp):
                      ALLOCS + variants)
     if not os.path.exists(report):
         failures.append("the variant's options did not reach magpie: no %s" % report)
-    failures += session_check(dest, tools, os.path.join(tmp, "session"))
+    failures += failures_patch + session_check(dest, tools, os.path.join(tmp, "session"))
     return failures + profile_check(dest, tools, os.path.join(tmp, "profile"))
 
 
