@@ -39,7 +39,9 @@
  *      the sentinel's top for each loaded one and fences the CPU (membarrier restarts any
  *      sequence still using one). A sequence that committed between the two stored its top over
  *      the sentinel: that magazine stays the CPU's. Where the sentinel is still there, the
- *      magazine is the reaper's, its count from the top it took.
+ *      magazine is the reaper's, its count from the top it took. A CPU whose lock is held has
+ *      a slow path under way, so it missed: the reap passes it by rather than wait for a holder
+ *      that may be preempted (trim waits, mag_reclaim.c).
  *   5. A CPU's lock is never held across the slab layer (its lock, a fresh slab's mapping and
  *      page faults) or any system call but the fence: a thread preempted there would stall
  *      every thread on the CPU that misses (docs/decisions/cross-thread-frees.md). A refill
@@ -299,7 +301,10 @@ void mag_cpu_reclaim(bool all) {
   void **taken_top[SC_COUNT + 1];
   for (unsigned i = 0, n = mag_cpu_count(); i < n; i++) {
     mag_cpu_t *mc = mag_cpu(i);
-    lock_acquire(&mc->lock);
+    if (all)
+      lock_acquire(&mc->lock);
+    else if (!lock_try(&mc->lock)) /* a slow path there, so not quiet: no wait behind it */
+      continue;
     if (all || mc->misses == mc->misses_seen) {
       mag_cpu_quiesce(i);
       bool taken = false;

@@ -25,7 +25,10 @@
  *   5. Without membarrier, or under ThreadSanitizer, which cannot see the fence's ordering,
  *      threads keep their magazines until they exit or trim.
  * Locking: mag_registry_lock, then up to MAG_PARK_BATCH threads' locks at once, held until the
- * batch is settled (front/fork.c writes the order).
+ * batch is settled (front/fork.c writes the order). A reap takes a thread's lock only where it
+ * is free: its holder is in a slow path, which a thread that missed takes, and may be
+ * preempted there, and every reap after would wait with it. Trim and an allocation that found
+ * no memory wait for it, as they take every thread's magazines.
  */
 #include "inject.h"
 #include "mag_impl.h"
@@ -89,7 +92,10 @@ void mag_reclaim(bool all) {
     tcache_t *batch[MAG_PARK_BATCH];
     unsigned n = 0;
     for (; tc != &mag_registry && n < MAG_PARK_BATCH; tc = tc->next) {
-      lock_acquire(&tc->lock);
+      if (all)
+        lock_acquire(&tc->lock);
+      else if (!lock_try(&tc->lock)) /* in a slow path, so not idle: no wait behind it */
+        continue;
       bool idle = !tc->cpus && (all || tc->misses == tc->misses_seen);
       tc->misses_seen = tc->misses;
       if (idle && mag_thread_fence && mag_thread_park(tc, mag_parked[n])) {

@@ -818,6 +818,12 @@ int main(int argc, char **argv) {
   UCHECK(idler_rounds(true) > 0 && idler_rounds(false) > 0);
   mag_reclaim(false); /* the idler missed since the last look: it is not idle yet */
   UCHECK(idler_rounds(true) > 0 && idler_rounds(false) > 0);
+  /* 8a. a thread in its slow path holds its lock: a reap passes it by instead of waiting (held
+     here by this thread, a reap that waited would never return) */
+  lock_acquire(&idler_cache->lock);
+  mag_reclaim(false);
+  lock_release(&idler_cache->lock);
+  UCHECK(idler_rounds(true) > 0 && idler_rounds(false) > 0);
   lock_acquire(&ic->depot.lock);
   uint32_t full_before = ic->depot.nfull;
   lock_release(&ic->depot.lock);
