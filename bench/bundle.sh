@@ -95,8 +95,11 @@ for nr in $builds; do # each REV in a worktree of its own, built and dropped
   fi
   tmp=$(mktemp -d)
   git -C "$root" worktree add -q --detach "$tmp/src" "$rev"
-  [ -z "$patch" ] || git -C "$tmp/src" apply "$patch" ||
-    { echo "bundle: $patch does not apply to $rev" >&2; exit 1; }
+  [ -z "$patch" ] || git -C "$tmp/src" apply "$patch" || {
+    git -C "$root" worktree remove --force "$tmp/src"
+    echo "bundle: $patch does not apply to $rev" >&2
+    exit 1
+  }
   cmake -S "$tmp/src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$tmp/log" 2>&1 &&
     cmake --build "$tmp/build" -j "$(nproc)" --target magpie >> "$tmp/log" 2>&1 ||
     { tail -20 "$tmp/log" >&2; echo "bundle: building $rev failed" >&2; exit 1; }
