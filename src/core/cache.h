@@ -34,6 +34,7 @@ typedef struct depot {
   uint32_t empty_min; /* same for nempty */
   uint32_t cap;       /* rounds in magazines made from now on */
   uint32_t cap_max;
+  uint32_t hot_max;          /* hot growth stops here where givers take back */
   uint64_t contended;        /* lock_try failures since the last reap */
   uint64_t exchanges;        /* magazine exchanges, ever (statistics) */
   uint64_t takes;            /* full magazines taken, ever */

@@ -15,11 +15,14 @@
  *      from then on, up to cap_max, which halves its lock traffic: many threads passing
  *      magazines through one depot reach the largest size within milliseconds. A depot
  *      that trades DEPOT_HOT_EXCHANGES magazines within DEPOT_HOT_NS doubles them at once,
- *      contended or not, while they hold fewer than DEPOT_HOT_ROUNDS: an exchange costs about
- *      two allocations, and a class that hot (one thread churning batches of a class a little
- *      bigger than its two magazines) spends as much on trips to the depot as on the objects;
- *      from 32 rounds on, trips cost a sixteenth at most, and bigger magazines only hold more
- *      memory (producer/consumer threads pass them full; docs/decisions/depot-growth.md).
+ *      contended or not, while they hold fewer than DEPOT_HOT_ROUNDS, or, where the threads
+ *      that give full magazines take them back, fewer than DEPOT_HOT_BYTES of objects
+ *      (hot_max): an exchange costs about two allocations, and a class that hot (one thread
+ *      churning batches of a class a little bigger than its two magazines) spends as much on
+ *      trips to the depot as on the objects; from 32 rounds on, trips cost a sixteenth at
+ *      most, and where producers pass magazines full to consumers, bigger ones only hold more
+ *      memory in flight; a thread's own batches of small blocks gain a few percent more up to
+ *      a few KiB a magazine (docs/decisions/depot-growth.md).
  *   3. Working set: full_min and empty_min record the lowest list lengths since the last reap;
  *      that many magazines were not needed during the interval, so depot_reap returns exactly
  *      those to the slab layer (their rounds) and to the metadata pool (the magazines).
@@ -61,6 +64,7 @@
 #define DEPOT_HOT_EXCHANGES 64   /* a power of two */
 #define DEPOT_HOT_NS 10000000u   /* 10 ms: 6,400 exchanges a second */
 #define DEPOT_HOT_ROUNDS 32      /* a hot depot grows magazines smaller than this, no further */
+#define DEPOT_HOT_BYTES 8192     /* ... but those its threads take back, up to this of objects */
 #define MAG_POOLS 11             /* magazine capacities 1, 2, 4, ..., MAG_CAP_MAX */
 
 mag_t mag_empty = {0, 0, 0, 0, NULL};
@@ -89,6 +93,10 @@ void depot_init(cache_t *cp, uint32_t cap, uint32_t cap_max) {
   lock_init(&d->lock);
   d->cap = cap;
   d->cap_max = cap_max;
+  size_t rounds = DEPOT_HOT_BYTES / cp->size;
+  d->hot_max = rounds <= DEPOT_HOT_ROUNDS ? DEPOT_HOT_ROUNDS
+               : rounds < cap_max         ? (uint32_t)rounds
+                                          : cap_max;
 }
 
 static void depot_lock(depot_t *d) {
@@ -141,10 +149,11 @@ static void depot_exchanged(depot_t *d, bool take, bool passed) {
   d->window_passed += passed;
   if (++d->exchanges % DEPOT_HOT_EXCHANGES) return;
   uint64_t now = os_now_ns();
-  bool hot = now - d->hot_since < DEPOT_HOT_NS && d->cap < DEPOT_HOT_ROUNDS;
+  bool passing = d->window_takes >= DEPOT_PASSED_MIN && d->window_passed * 8 >= d->window_takes * 7;
+  bool hot =
+      now - d->hot_since < DEPOT_HOT_NS && d->cap < (passing ? DEPOT_HOT_ROUNDS : d->hot_max);
   if (hot || d->window_contended >= DEPOT_WINDOW_CONTENDED) depot_grow(d);
-  if (d->window_takes >= DEPOT_PASSED_MIN && d->window_passed * 8 >= d->window_takes * 7)
-    d->flow_until = now + DEPOT_FLOW_NS;
+  if (passing) d->flow_until = now + DEPOT_FLOW_NS;
   d->hot_since = now;
   d->window_takes = d->window_passed = d->window_contended = 0;
 }

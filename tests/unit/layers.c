@@ -698,6 +698,21 @@ int main(int argc, char **argv) {
     UCHECK(m && m->n == 2);
   }
   UCHECK(cp->depot.cap == 2 * cap);
+  /* 5a. from 32 rounds on, a hot depot grows only where the threads that give magazines take
+     them back (up to 8 KiB of objects: 128 rounds of this cache's 64 bytes), not where they go
+     to others (a producer's to its consumers) */
+  UCHECK(cp->depot.hot_max == 128);
+  for (uint32_t taker = 1; taker <= 2; taker++) { /* m's giver is 1 (below) */
+    cap = cp->depot.cap = 32;
+    for (int i = 0; i < 1 << 14 && cp->depot.cap == cap; i++) {
+      m->giver = 1;
+      mag_t *empty = depot_free_exchange(cp, m, true);
+      UCHECK(empty && empty->n == 0);
+      m = depot_alloc_exchange(cp, empty, taker);
+      UCHECK(m && m->n == 2);
+    }
+    UCHECK(cp->depot.cap == (taker == 1 ? 2 * cap : cap));
+  }
   depot_put(cp, m);
 
   /* 5b. past its small bound a depot keeps full magazines only while threads pass them to other
