@@ -65,7 +65,8 @@ typedef struct cache {
   lock_t slab_lock __attribute__((aligned(OS_LINE)));
   slab_t *partial;          /* slabs with free or never-used objects, first served first */
   size_t slabs;             /* slabs held */
-  size_t slab_objects_out;  /* objects handed to the magazine layer and not returned */
+  size_t slab_objects_out;  /* objects out of the slabs (written under the lock) */
+  size_t free_resident;     /* free bytes whose pages stayed (slab.c theory 7; ditto) */
   unsigned giving_back;     /* slabs whose hollow chunks give-backs and refills work on unlocked */
   struct slab_wake *waking; /* those refills, listed (slab.c theory 6) */
   /* depot, from a line of its own; the miss count beside it, since nearly every miss goes on

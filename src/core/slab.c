@@ -68,6 +68,19 @@
  *      chunks of one slab: it stops before a second slab with hollow chunks. The cache's
  *      `giving_back` counts the give-backs and refills at work, so that fork's prepare can
  *      wait for none (lock_acquire_settled).
+ *   7. Big blocks give their pages back as they come home, past a budget: a block of
+ *      SLAB_BIG_PAGES pages or more that comes back to a slab other blocks keep would hold its
+ *      pages resident until the slab empties, and a size mix that moves among such classes
+ *      leaves tens of MiB so (docs/decisions/slab-big-pages.md). So where a class's free
+ *      objects whose pages stayed (free_resident, an estimate) would pass SLAB_BIG_KEEP and an
+ *      eighth of its bytes out of the slabs, the blocks coming back give their pages but the
+ *      first (the one with the free marker) in one batch, before they are back (no lock: they
+ *      are still the caller's). free_resident grows by the blocks returned with their pages and
+ *      shrinks by the free objects taken, given back or not (an object taken is not known to
+ *      be either, so the estimate errs low, towards giving back less). Below the budget a
+ *      block's pages stay, for the refills that take it soon; a block handed out after giving
+ *      its pages faults them in again, zero. Not for object caches (constructed state) nor
+ *      in debug and memcheck modes (records in free blocks).
  *   Lock order: fork.c's list (slab_lock, then the slab and heap arenas' locks, then metadata
  *   pools).
  */
@@ -84,8 +97,12 @@
 
 vmem_t heap_arena;
 size_t slab_hollow_bytes;
+bool slab_gives_big_pages;
 
 #define SLAB_GIVE_BATCH 64 /* slabs whose pages go back in one stretch without the lock */
+#define SLAB_BIG_PAGES 4   /* blocks of this many pages or more give theirs (theory 7) */
+#define SLAB_BIG_KEEP ((size_t)1 << 20) /* free bytes a class keeps resident, beyond ... */
+#define SLAB_BIG_KEEP_SHIFT 3           /* ... an eighth of its bytes out of the slabs */
 
 /* Descriptors with bitmaps for up to 512, 1536 and SLAB_OBJECTS_MAX objects. */
 #define SLAB_POOLS 3
@@ -170,10 +187,18 @@ static bool slab_chunk_run(uint64_t chunks, uint32_t *i, uint32_t *j) {
   return *j > *i;
 }
 
+/* Free objects of cp whose pages stayed (theory 7) left the count, bytes of them at most (slab
+   lock held). */
+static void slab_resident_less(cache_t *cp, size_t bytes) {
+  size_t left = cp->free_resident > bytes ? cp->free_resident - bytes : 0;
+  __atomic_store_n(&cp->free_resident, left, __ATOMIC_RELAXED); /* read unlocked */
+}
+
 /* Takes s, all of whose objects came back, out of cp (slab lock held): unlisted and unmapped,
    no free finds it any more. The caller gives it back with slab_release once the lock is
    released, linked through next. */
 static void slab_retire(cache_t *cp, slab_t *s, slab_t **retired) {
+  slab_resident_less(cp, (size_t)s->nfree * cp->size);
   if (s->listed) slab_unlist(cp, s);
   pagemap_set(s->base, cp->span, 0);
   cp->slabs--;
@@ -233,7 +258,7 @@ static bool slab_held(const cache_t *cp, const slab_t *s, uint32_t k) {
 }
 
 /* Returns unconstructed objects to their slabs. */
-static void slab_return(cache_t *cp, void **objs, unsigned n) {
+static void slab_return(cache_t *cp, void **objs, unsigned n, bool given) {
   slab_t *retired = NULL;
   lock_acquire(&cp->slab_lock);
   for (unsigned i = 0; i < n; i++) {
@@ -258,7 +283,9 @@ static void slab_return(cache_t *cp, void **objs, unsigned n) {
     if (!s->listed) slab_list(cp, s);
     if (--s->used == 0) slab_retire(cp, s, &retired);
   }
-  cp->slab_objects_out -= n;
+  __atomic_store_n(&cp->slab_objects_out, cp->slab_objects_out - n, __ATOMIC_RELAXED);
+  if (!given)
+    __atomic_store_n(&cp->free_resident, cp->free_resident + n * cp->size, __ATOMIC_RELAXED);
   lock_release(&cp->slab_lock);
   slab_release(cp, retired);
 }
@@ -445,9 +472,13 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
     }
     if (wake.s && wake.s != s && s->hollow) break; /* one slab's chunks woken a refill */
     unsigned before = got;
+    uint32_t free_before = s->nfree;
     got = slab_take(cp, s, out, got, n, run && cp->per_slab - s->carved >= n - got, &wake);
+    if (s->nfree < free_before) /* free objects left, their pages there or not (theory 7) */
+      slab_resident_less(cp, (size_t)(free_before - s->nfree) * cp->size);
     s->used += got - before;
-    cp->slab_objects_out += got - before; /* counted before the lock may be let go */
+    __atomic_store_n(&cp->slab_objects_out, cp->slab_objects_out + (got - before),
+                     __ATOMIC_RELAXED); /* counted before the lock may be let go; read unlocked */
     if (!s->nfree && s->carved == cp->per_slab) slab_unlist(cp, s);
   }
   lock_release(&cp->slab_lock);
@@ -469,7 +500,7 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
   if (cp->ctor)
     for (unsigned i = 0; i < got; i++)
       if (cp->ctor(out[i], cp->arg, 0) != 0) {
-        slab_return(cp, out + i, got - i);
+        slab_return(cp, out + i, got - i, false);
         return i;
       }
   return got;
@@ -479,6 +510,25 @@ bool slab_packed(const cache_t *cp) {
   return hugepage_arena(cp->size) == &slab_arena;
 }
 
+/* Gives back the pages of big blocks coming back to cp's slabs, objs[0..n), if the free
+   objects of cp whose pages stayed would pass the budget (theory 7); returns whether it did.
+   No lock: the blocks are the caller's until they are back. */
+static bool slab_give_big_pages(const cache_t *cp, void *const *objs, unsigned n) {
+  if (!slab_gives_big_pages || cp->size < SLAB_BIG_PAGES * OS_PAGE || cp->tag == PM_TAG_CACHE)
+    return false;
+  size_t resident = __atomic_load_n(&cp->free_resident, __ATOMIC_RELAXED); /* an estimate */
+  size_t out = __atomic_load_n(&cp->slab_objects_out, __ATOMIC_RELAXED) * cp->size;
+  if (resident + n * cp->size <= SLAB_BIG_KEEP + (out >> SLAB_BIG_KEEP_SHIFT)) return false;
+  os_purge_list_t list = {.batch = opt.purge_batch};
+  for (unsigned i = 0; i < n; i++) { /* the page of its first word keeps the free marker */
+    uintptr_t a = (uintptr_t)objs[i], from = (a & ~(uintptr_t)(OS_PAGE - 1)) + OS_PAGE;
+    uintptr_t to = (a + cp->size) & ~(uintptr_t)(OS_PAGE - 1);
+    os_purge_list_add(&list, (void *)from, to - from);
+  }
+  os_purge_list_run(&list);
+  return true;
+}
+
 void slab_free(cache_t *cp, void **objs, unsigned n) {
   if (cp->dtor)
     for (unsigned i = 0; i < n; i++)
@@ -486,7 +536,7 @@ void slab_free(cache_t *cp, void **objs, unsigned n) {
   if (san_poisons())
     for (unsigned i = 0; i < n; i++)
       san_poison(objs[i], cp->size);
-  slab_return(cp, objs, n);
+  slab_return(cp, objs, n, slab_give_big_pages(cp, objs, n));
 }
 
 /* Whether objects first..last of s are all free. */
@@ -630,7 +680,9 @@ size_t slab_give_back(cache_t *cp) {
     slab_t *retired = NULL, *from = NULL;
     lock_acquire(&cp->slab_lock);
     if (n) {
-      given += slab_give_settle(cp, give, n, &retired);
+      size_t settled = slab_give_settle(cp, give, n, &retired);
+      slab_resident_less(cp, settled);
+      given += settled;
       slab_t *last = give[n - 1].s; /* held until now: listed unless it emptied or filled */
       from = last->listed && last->next != cp->partial ? last->next : NULL;
       lap |= from == NULL; /* one that filled meanwhile went to the list's end: the rest waits */

@@ -26,6 +26,9 @@ struct slab {
 
 extern vmem_t heap_arena;        /* where large blocks and the slab arena's huge pages come from */
 extern size_t slab_hollow_bytes; /* bytes of slabs given back inside them now (atomic) */
+/* Whether big blocks that come back give their pages past a budget (theory 7): set at bring-up,
+   off in debug and memcheck modes, which keep records in free blocks. */
+extern bool slab_gives_big_pages;
 
 /* Hands out up to n constructed objects; returns how many (0: out of memory or ctor failed).
    run: never-used objects in address order where the first partial slab has n of them. */
