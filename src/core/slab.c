@@ -44,13 +44,13 @@
  *      a freed block was written: a double free or a use after free, reported), and its free
  *      objects get their markers back. Until then a double free of one of them is caught when
  *      it comes back here (its bit is set), or when its chunk is taken back. The caller keeps
- *      this away from object caches (constructed objects) and debug and memcheck modes, which
- *      keep their own records in free blocks. Only slabs that took objects back since the last
- *      look are looked at again, so a quiet heap's repeated reaps cost a walk of the list.
- *      The purges run without the slab lock (a big heap's take tens of milliseconds, and every
- *      thread that misses in the class would wait): under the lock the chunks become hollow and the
- *      free objects on them leave the bitmap as if handed out (`giving` counts the give-backs and
- *      refills holding some), so that no refill takes one and the slab cannot empty; after the
+ *      this away from object caches (constructed objects), and debug and memcheck modes, which
+ *      keep their own records in free blocks, turn it off (slab_pages_may_go). Only slabs that took
+ * objects back since the last look are looked at again, so a quiet heap's repeated reaps cost a
+ * walk of the list. The purges run without the slab lock (a big heap's take tens of milliseconds,
+ * and every thread that misses in the class would wait): under the lock the chunks become hollow
+ * and the free objects on them leave the bitmap as if handed out (`giving` counts the give-backs
+ * and refills holding some), so that no refill takes one and the slab cannot empty; after the
  *      purges, under the lock again, they come back. Meanwhile an object on a hollow chunk whose
  *      bit is clear is one of them, and freeing it is a double free. Where the last such chunk
  *      reaches past the carved part, the objects up to its end are carved first, free, so that none
@@ -80,7 +80,7 @@
  *      be either, so the estimate errs low, towards giving back less). Below the budget a
  *      block's pages stay, for the refills that take it soon; a block handed out after giving
  *      its pages faults them in again, zero. Not for object caches (constructed state) nor
- *      in debug and memcheck modes (records in free blocks).
+ *      without slab_pages_may_go (records in free blocks).
  *   Lock order: fork.c's list (slab_lock, then the slab and heap arenas' locks, then metadata
  *   pools).
  */
@@ -97,7 +97,7 @@
 
 vmem_t heap_arena;
 size_t slab_hollow_bytes;
-bool slab_gives_big_pages;
+bool slab_pages_may_go;
 
 #define SLAB_GIVE_BATCH 64 /* slabs whose pages go back in one stretch without the lock */
 #define SLAB_BIG_PAGES 4   /* blocks of this many pages or more give theirs (theory 7) */
@@ -514,7 +514,7 @@ bool slab_packed(const cache_t *cp) {
    objects of cp whose pages stayed would pass the budget (theory 7); returns whether it did.
    No lock: the blocks are the caller's until they are back. */
 static bool slab_give_big_pages(const cache_t *cp, void *const *objs, unsigned n) {
-  if (!slab_gives_big_pages || cp->size < SLAB_BIG_PAGES * OS_PAGE || cp->tag == PM_TAG_CACHE)
+  if (!slab_pages_may_go || cp->size < SLAB_BIG_PAGES * OS_PAGE || cp->tag == PM_TAG_CACHE)
     return false;
   size_t resident = __atomic_load_n(&cp->free_resident, __ATOMIC_RELAXED); /* an estimate */
   size_t out = __atomic_load_n(&cp->slab_objects_out, __ATOMIC_RELAXED) * cp->size;
@@ -675,6 +675,7 @@ size_t slab_give_back(cache_t *cp) {
   slab_give_t give[SLAB_GIVE_BATCH];
   size_t given = 0;
   unsigned n = 0;
+  if (!slab_pages_may_go) return 0;
   bool lap = false;
   for (;;) { /* puts the last batch back and takes the next under one hold of the lock */
     slab_t *retired = NULL, *from = NULL;

@@ -26,9 +26,9 @@ struct slab {
 
 extern vmem_t heap_arena;        /* where large blocks and the slab arena's huge pages come from */
 extern size_t slab_hollow_bytes; /* bytes of slabs given back inside them now (atomic) */
-/* Whether big blocks that come back give their pages past a budget (theory 7): set at bring-up,
-   off in debug and memcheck modes, which keep records in free blocks. */
-extern bool slab_gives_big_pages;
+/* Whether free blocks may lose their pages (theories 6 and 7): set at bring-up, off in debug
+   and memcheck modes, which keep records in free blocks. */
+extern bool slab_pages_may_go;
 
 /* Hands out up to n constructed objects; returns how many (0: out of memory or ctor failed).
    run: never-used objects in address order where the first partial slab has n of them. */
@@ -49,7 +49,7 @@ static inline slab_t *slab_of(const cache_t *cp, const void *obj) {
   return s->cache == cp && off * cp->div_magic <= cp->div_magic - 1 ? s : NULL;
 }
 /* Gives back to the kernel the pages of cp's slabs on which every object is free (theory 6);
-   only for malloc's classes, outside debug and memcheck mode. Returns the bytes. */
+   only for malloc's classes, and nothing unless slab_pages_may_go. Returns the bytes. */
 size_t slab_give_back(cache_t *cp);
 void slab_check(cache_t *cp); /* aborts with a report if an invariant is broken */
 

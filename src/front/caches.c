@@ -28,7 +28,6 @@
  *   Lock order: the one list in fork.c.
  */
 #include "caches.h"
-#include "debug.h"
 #include "depot.h"
 #include "export.h"
 #include "hugepage.h"
@@ -75,13 +74,13 @@ void cache_init(void) {
 
 /* Returns unneeded magazines (all of them when everything) and purges down to keep_dirty;
    a reap that keeps nothing gives back the free pages inside malloc's slabs too (slab.c theory
-   6), but not in debug or memcheck mode, which keep records in free blocks. */
+   6; not in debug or memcheck mode, which keep records in free blocks: slab_pages_may_go). */
 static size_t cache_reap(bool everything, size_t keep_dirty) {
   mag_reclaim(everything);
   size_t given = 0;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
     depot_reap(&malloc_caches[c], everything);
-    if (keep_dirty == 0 && !debug_on && !memcheck_on) given += slab_give_back(&malloc_caches[c]);
+    if (keep_dirty == 0) given += slab_give_back(&malloc_caches[c]);
   }
   lock_acquire(&cache_list_lock);
   for (cache_t *cp = cache_list; cp; cp = cp->next)

@@ -103,7 +103,7 @@ void magpie_init(void) {
   memcheck_init();
   /* A sanitized program: its object caches' objects are checked one by one (san_hooks.h). */
   if (!debug_on && san_present()) mag_magazines_off = true;
-  slab_gives_big_pages = !debug_on && !memcheck_on;
+  slab_pages_may_go = !debug_on && !memcheck_on;
   sc_init();
   mag_consts.secret = (uintptr_t)os_random() | 1; /* never 0: a zeroed word must not look freed */
   vmem_init(&heap_arena, "heap", OS_PAGE, heap_import, heap_release, NULL, HEAP_IMPORT,

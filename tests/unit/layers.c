@@ -604,7 +604,7 @@ static void big_pages_given(void) {
   static bool stays[N];
   cache_t *cp = &malloc_caches[sc_of(32768)];
   size_t size = cp->size;
-  UCHECK(size >= 4 * OS_PAGE && slab_gives_big_pages);
+  UCHECK(size >= 4 * OS_PAGE && slab_pages_may_go);
   magpie_trim(); /* no block of the class out but these */
   UCHECK(slab_alloc(cp, blocks, N, false) == N);
   for (int i = 0; i < N; i++) {
