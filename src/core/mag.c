@@ -100,13 +100,14 @@ _Static_assert(offsetof(mag_t, n) == 0 && offsetof(mag_t, cap) == 4 &&
 _Static_assert(offsetof(tcache_t, own) % 32 != 0, "keep tcache_t's classes off a 32-byte offset");
 _Static_assert(sizeof(mag_consts_t) == OS_LINE, "the fast path's constants fill one line");
 
-_Static_assert(sizeof(own_class_t) == 32, "a class of a thread's own magazines in half a line");
 _Static_assert(offsetof(mag_t, next) + sizeof(void *) == offsetof(mag_t, rounds),
                "a loaded magazine's depot link is the word below its first round (theory 8)");
 
 void *mag_top_none[2] = {(void *)1, (void *)1}; /* the end marks of no magazine */
-tcache_t tcache_boot = {.own = {[0 ... SC_COUNT] = {MAG_TOP_NONE, &mag_empty, {0, 0}}}};
-tcache_t tcache_dead = {.own = {[0 ... SC_COUNT] = {MAG_TOP_NONE, &mag_empty, {0, 0}}}};
+/* Every class's pair the sentinel: the fast path misses both ways. */
+#define OWN_NONE .top = {[0 ... SC_COUNT] = MAG_TOP_NONE}, .prev = {[0 ... SC_COUNT] = &mag_empty}
+tcache_t tcache_boot = {.own = {OWN_NONE}};
+tcache_t tcache_dead = {.own = {OWN_NONE}};
 __thread tcache_t *mag_tls __attribute__((tls_model("initial-exec"))) = &tcache_boot;
 mag_consts_t mag_consts;
 bool mag_magazines_off;
@@ -189,8 +190,11 @@ static tcache_t *mag_thread_start(void) {
   for (unsigned c = 0; c <= SC_COUNT; c++) /* the layout the thread uses (tcache_t) */
     if (cpus)
       tc->cpu_counts[c].frees = MAG_FREES_UNSEEN;
-    else
-      tc->own[c] = (own_class_t){MAG_TOP_NONE, &mag_empty, {0, 0}};
+    else {
+      tc->own.top[c] = MAG_TOP_NONE;
+      tc->own.prev[c] = &mag_empty;
+      tc->own.allocs[c] = tc->own.frees[c] = 0;
+    }
   tc->sample_left = mag_sample_countdown();
   tc->stack = (uintptr_t)__builtin_frame_address(0);
   tc->tid = os_thread_id();
@@ -206,9 +210,9 @@ static void mag_count_miss(tcache_t *tc, unsigned c, bool alloc) {
   if (tc->cpus)
     STAT_ADD(*(alloc ? &tc->cpu_counts[c].allocs : &tc->cpu_counts[c].frees), 1);
   else if (alloc)
-    STAT_ADD(tc->own[c].count.allocs, 1);
+    STAT_ADD(tc->own.allocs[c], 1);
   else
-    STAT_ADD(tc->own[c].count.frees, 1);
+    STAT_ADD(tc->own.frees[c], 1);
 }
 
 /* Before a slow path of class c: moves the calling thread's 32-bit counts of c into
@@ -415,13 +419,13 @@ mag_t *mag_top_unload(void **top) {
 
 /* Class c's own pair of tc, for a slow path (tc's lock held, so the reaper leaves it alone). */
 static mag_pair_t mag_own_unpack(tcache_t *tc, unsigned c) {
-  return (mag_pair_t){mag_top_unload(tc->own[c].top), tc->own[c].prev};
+  return (mag_pair_t){mag_top_unload(tc->own.top[c]), tc->own.prev[c]};
 }
 
 /* Puts pair t back as class c's own pair of tc (its lock held). */
 static void mag_own_pack(tcache_t *tc, unsigned c, mag_pair_t t) {
-  tc->own[c].prev = t.prev;
-  __atomic_store_n(&tc->own[c].top, mag_top_load(t.loaded), __ATOMIC_RELAXED);
+  tc->own.prev[c] = t.prev;
+  __atomic_store_n(&tc->own.top[c], mag_top_load(t.loaded), __ATOMIC_RELAXED);
 }
 
 /* Theory 9, on a slow path of class served under tc's lock: every sweep_ms, the classes tc
@@ -434,15 +438,14 @@ static void mag_own_sweep(tcache_t *tc, unsigned served) {
   if (now - tc->swept_at < interval) return;
   tc->swept_at = now;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    own_class_t *o = &tc->own[c];
-    uint32_t allocs = (uint32_t)STAT_READ(o->count.allocs);
+    uint32_t allocs = (uint32_t)STAT_READ(tc->own.allocs[c]);
     if (c == served || allocs != tc->allocs_swept[c]) {
       tc->allocs_swept[c] = allocs;
       continue;
     }
     cache_t *cp = &malloc_caches[c];
-    if (!(allocs || STAT_READ(o->count.frees)) || !depot_sweep(cp, now, interval)) continue;
-    if (o->top != MAG_TOP_NONE && slab_packed(cp)) { /* the pair stays, empty (theory 9) */
+    if (!(allocs || STAT_READ(tc->own.frees[c])) || !depot_sweep(cp, now, interval)) continue;
+    if (tc->own.top[c] != MAG_TOP_NONE && slab_packed(cp)) { /* the pair stays, empty (theory 9) */
       mag_pair_t t = mag_own_unpack(tc, c);
       mag_give_home(cp, t.loaded);
       mag_give_home(cp, t.prev);
@@ -518,13 +521,12 @@ void *mag_malloc(unsigned c, size_t size) {
    reaper parks a class, and with which the owner never trades). Finding the magazine at
    either end of it reads one word. */
 static void **mag_own_trade(tcache_t *tc, unsigned c, void **top, bool alloc) {
-  own_class_t *o = &tc->own[c];
-  mag_t *prev = o->prev;
+  mag_t *prev = tc->own.prev[c];
   if (top == MAG_TOP_NONE || (alloc ? prev->n == 0 : prev->n == prev->cap)) return NULL;
   mag_t *m = mag_top_unload(top);
   void **traded = mag_top_load(prev);
-  __atomic_store_n(&o->prev, m, __ATOMIC_RELAXED);
-  __atomic_store_n(&o->top, traded, __ATOMIC_RELAXED);
+  __atomic_store_n(&tc->own.prev[c], m, __ATOMIC_RELAXED);
+  __atomic_store_n(&tc->own.top[c], traded, __ATOMIC_RELAXED);
   return traded;
 }
 
@@ -648,8 +650,8 @@ static void mag_sum_thread(mag_totals_t *sum, tcache_t *tc) {
       sum->allocs[c] += STAT_READ(tc->cpu_counts[c].allocs);
       sum->frees[c] += mag_frees_seen(STAT_READ(tc->cpu_counts[c].frees));
     } else {
-      sum->allocs[c] += STAT_READ(tc->own[c].count.allocs);
-      sum->frees[c] += STAT_READ(tc->own[c].count.frees);
+      sum->allocs[c] += STAT_READ(tc->own.allocs[c]);
+      sum->frees[c] += STAT_READ(tc->own.frees[c]);
     }
   }
   sum->bytes_requested += STAT_READ(tc->bytes_requested);

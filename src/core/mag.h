@@ -61,14 +61,15 @@ static inline bool mag_is_end(const void *round) {
   return (uintptr_t)round & 1;
 }
 
-/* One of malloc's classes of a thread with magazines of its own: the loaded magazine's top,
-   the previous magazine and the thread's counts in half a line, which a fast-path call reads
-   and writes whole. */
-typedef struct own_class {
-  void **top;
-  mag_t *prev;
-  mag_counts_t count;
-} own_class_t;
+/* malloc's classes of a thread with magazines of its own, an array a field: each entry is a
+   word, so that the fast path reaches its class's top and count with the class scaled by 8 in
+   the address, no multiply or add before it. */
+typedef struct own_classes {
+  void **top[SC_COUNT + 1]; /* the loaded magazine's top */
+  uint64_t allocs[SC_COUNT + 1];
+  uint64_t frees[SC_COUNT + 1];
+  mag_t *prev[SC_COUNT + 1];
+} own_classes_t;
 
 /* A thread's slot of an object cache (mag_slots.c). */
 typedef struct cache_slot {
@@ -98,9 +99,9 @@ typedef struct tcache {
   struct tcache *next, *prev; /* the registry of live thread caches (mag_registry_lock) */
   union {                     /* malloc's size classes; [0] is never used */
     struct {                  /* cpus NULL */
-      own_class_t own[SC_COUNT + 1];
+      own_classes_t own;
       uint64_t swept_at;                   /* os_now_ns of the last sweep (theory 9, mag.c; lock) */
-      uint32_t allocs_swept[SC_COUNT + 1]; /* own[c].count.allocs then, low bits (lock) */
+      uint32_t allocs_swept[SC_COUNT + 1]; /* own.allocs[c] then, low bits (lock) */
     };
     mag_counts_cpu_t cpu_counts[SC_COUNT + 1]; /* cpus set */
   };

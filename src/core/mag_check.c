@@ -69,8 +69,8 @@ static void mag_check_marks(const mag_t *m, uint32_t n) {
    has its upper one above its last possible round, and no more rounds than it can hold.
    Another thread's loaded magazine, which its owner may be working on, is not read. */
 static void mag_check_own(mag_seen_t *s, tcache_t *tc, unsigned c) {
-  void **top = __atomic_load_n(&tc->own[c].top, __ATOMIC_RELAXED);
-  mag_t *prev = __atomic_load_n(&tc->own[c].prev, __ATOMIC_RELAXED);
+  void **top = __atomic_load_n(&tc->own.top[c], __ATOMIC_RELAXED);
+  mag_t *prev = __atomic_load_n(&tc->own.prev[c], __ATOMIC_RELAXED);
   if (!s) {
     if (top == MAG_TOP_NONE && prev != &mag_empty)
       report_fatal("magazine layer: a pair has the sentinel loaded beside a magazine", prev, 0);

@@ -25,7 +25,7 @@
 static MP_INLINE void **fast_enter(tcache_t *tc, size_t c) {
   __atomic_store_n(&tc->busy, 1, __ATOMIC_RELAXED);
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
-  return __atomic_load_n(&tc->own[c].top, __ATOMIC_RELAXED);
+  return __atomic_load_n(&tc->own.top[c], __ATOMIC_RELAXED);
 }
 
 static MP_INLINE void fast_leave(tcache_t *tc) {
@@ -39,16 +39,16 @@ static MP_INLINE void *fast_own_pop(tcache_t *tc, size_t c, void **top) {
   void *p = top[-1];
   if (!MP_LIKELY(!mag_is_end(p))) return NULL;
   if (p == NULL) __builtin_unreachable(); /* rounds are blocks: the caller need not test */
-  __atomic_store_n(&tc->own[c].top, top - 1, __ATOMIC_RELAXED);
-  STAT_ADD(tc->own[c].count.allocs, 1);
+  __atomic_store_n(&tc->own.top[c], top - 1, __ATOMIC_RELAXED);
+  STAT_ADD(tc->own.allocs[c], 1);
   return p;
 }
 
 static MP_INLINE int fast_own_push(tcache_t *tc, size_t c, void **top, void *p) {
   if (!MP_LIKELY(!mag_is_end(*top))) return 0;
   *top = p;
-  __atomic_store_n(&tc->own[c].top, top + 1, __ATOMIC_RELAXED);
-  STAT_ADD(tc->own[c].count.frees, 1);
+  __atomic_store_n(&tc->own.top[c], top + 1, __ATOMIC_RELAXED);
+  STAT_ADD(tc->own.frees[c], 1);
   return 1;
 }
 

@@ -53,7 +53,7 @@ static void **mag_parked[MAG_PARK_BATCH][SC_COUNT + 1];
 static bool mag_thread_park(tcache_t *tc, void ***parked) {
   bool any = false;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    void ***top = &tc->own[c].top;
+    void ***top = &tc->own.top[c];
     parked[c] = MAG_TOP_NONE;
     if (__atomic_load_n(top, __ATOMIC_RELAXED) != MAG_TOP_NONE)
       parked[c] = __atomic_exchange_n(top, MAG_TOP_NONE, __ATOMIC_RELAXED);
@@ -67,17 +67,16 @@ static bool mag_thread_park(tcache_t *tc, void ***parked) {
 static void mag_thread_settle(tcache_t *tc, void **const *parked, bool fenced) {
   bool take = fenced && __atomic_load_n(&tc->busy, __ATOMIC_ACQUIRE) == 0;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    own_class_t *o = &tc->own[c];
     void **sentinel = MAG_TOP_NONE;
     if (parked[c] == MAG_TOP_NONE) continue;
     if (!take)
-      __atomic_compare_exchange_n(&o->top, &sentinel, parked[c], false, __ATOMIC_RELAXED,
+      __atomic_compare_exchange_n(&tc->own.top[c], &sentinel, parked[c], false, __ATOMIC_RELAXED,
                                   __ATOMIC_RELAXED);
-    else if (__atomic_load_n(&o->top, __ATOMIC_RELAXED) == MAG_TOP_NONE) {
+    else if (__atomic_load_n(&tc->own.top[c], __ATOMIC_RELAXED) == MAG_TOP_NONE) {
       mag_t *m = mag_top_unload(parked[c]); /* the parked top gives its count */
       mag_to_depot(&malloc_caches[c], m);
-      mag_to_depot(&malloc_caches[c], o->prev);
-      o->prev = &mag_empty;
+      mag_to_depot(&malloc_caches[c], tc->own.prev[c]);
+      tc->own.prev[c] = &mag_empty;
     }
   }
 }

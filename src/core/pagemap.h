@@ -20,8 +20,10 @@
  * The hot tags: the hot leaf's GiB also has one byte a page, its entry's tag (pagemap_tag),
  * which is all free's fast path needs: 64 pages a cache line where the entries hold 8, so a
  * program freeing blocks all over a big heap misses the cache (and the TLB) an eighth as often
- * there. Written with the entries from the claim on; a page set before its GiB was claimed
- * reads 0 until set again, which sends its frees to the slow path, where the entry decides.
+ * there. An address's page number less the GiB's first is both the test (below 2^18: in the
+ * hot GiB) and the tag's index. Written with the entries from the claim on; a page set before its
+ * GiB was claimed reads 0 until set again, which sends its frees to the slow path, where the entry
+ * decides.
  */
 #ifndef MAGPIE_PAGEMAP_H
 #define MAGPIE_PAGEMAP_H
@@ -43,7 +45,9 @@ extern MAGPIE_HIDDEN uintptr_t *pagemap_root[(size_t)1 << PM_ROOT_BITS];
 
 /* Read by every free and written once: a line of its own (the type's alignment pads it). */
 typedef struct pagemap_hot {
-  uintptr_t root; /* the root index of the hot leaf; none matches before it is claimed */
+  uintptr_t root;  /* the root index of the hot leaf; none matches before it is claimed */
+  uintptr_t first; /* the page number (address >> OS_PAGE_SHIFT) of its GiB's first page; far
+                      above any page's before it is claimed */
   uintptr_t *leaf;
   uint8_t *tags; /* the tag of each page of the hot leaf, or 0 */
 } __attribute__((aligned(OS_LINE))) pagemap_hot_t;
@@ -73,12 +77,12 @@ static MP_INLINE uintptr_t pagemap_get(uintptr_t addr) {
 
 /* The tag of addr's page (PM_TAG_MASK's bits of its entry), from the hot tags where addr lies in
    the hot leaf's GiB; there it may be 0 where the entry is not (see the theory above). */
-static MP_INLINE unsigned pagemap_tag(uintptr_t addr) {
-  if (MP_LIKELY(pagemap_root_index(addr) == __atomic_load_n(&pagemap_hot.root, __ATOMIC_ACQUIRE)))
-    return __atomic_load_n(
-        &__atomic_load_n(&pagemap_hot.tags, __ATOMIC_RELAXED)[pagemap_leaf_index(addr)],
-        __ATOMIC_RELAXED);
-  return (unsigned)(pagemap_get(addr) & PM_TAG_MASK);
+static MP_INLINE uintptr_t pagemap_tag(uintptr_t addr) {
+  uintptr_t page = (addr >> OS_PAGE_SHIFT) - __atomic_load_n(&pagemap_hot.first, __ATOMIC_ACQUIRE);
+  if (MP_LIKELY(page < ((uintptr_t)1 << PM_LEAF_BITS))) /* one compare: in the hot GiB */
+    return __atomic_load_n(&__atomic_load_n(&pagemap_hot.tags, __ATOMIC_RELAXED)[page],
+                           __ATOMIC_RELAXED);
+  return pagemap_get(addr) & PM_TAG_MASK;
 }
 
 /* Sets the entries of every page in [addr, addr+size); false if a leaf could not be mapped. */

@@ -71,7 +71,7 @@ static int64_t prof_clock_gap(prof_clock_t *t) {
 
 /* The thread's allocations of class c so far, in its layout. */
 static uint64_t prof_clock_allocs(const tcache_t *tc, unsigned c) {
-  return tc->cpus ? STAT_READ(tc->cpu_counts[c].allocs) : STAT_READ(tc->own[c].count.allocs);
+  return tc->cpus ? STAT_READ(tc->cpu_counts[c].allocs) : STAT_READ(tc->own.allocs[c]);
 }
 
 size_t prof_clock_unit(unsigned c, size_t size) {

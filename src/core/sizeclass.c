@@ -32,6 +32,7 @@
 #define SC_WASTE_SHIFT 4 /* at most span >> 4 bytes of a span may be left over */
 
 sc_info_t sc_info[SC_INFO_ENTRIES];
+uint64_t sc_div_magic[SC_INFO_ENTRIES];
 _Static_assert(SC_INFO_ENTRIES > SC_COUNT && SC_INFO_ENTRIES > PM_TAG_MASK,
                "every tag indexes sc_info");
 uint8_t sc_lookup[SC_LOOKUP_MAX / 16 + 1];
@@ -54,7 +55,7 @@ void sc_init(void) {
       sc_info[c++].size = base + j * (base / 8);
   for (c = 1; c <= SC_COUNT; c++) {
     sc_info[c].span_mask = (uint32_t)(sc_span_for(sc_info[c].size) - 1);
-    sc_info[c].div_magic = UINT64_MAX / sc_info[c].size + 1;
+    sc_div_magic[c] = UINT64_MAX / sc_info[c].size + 1;
   }
   unsigned k = 1; /* the requests ascend, and so do their classes */
   for (size_t i = 0; i <= SC_LOOKUP_MAX / 16; i++) {
@@ -68,6 +69,6 @@ void sc_init(void) {
 
 void sc_sized_trust(bool trust) {
   for (size_t i = 0; i <= SC_LOOKUP_MAX / 16; i++)
-    __atomic_store_n(&sc_sized[i].div_magic, trust ? sc_info[sc_sized[i].class_].div_magic : 0,
+    __atomic_store_n(&sc_sized[i].div_magic, trust ? sc_div_magic[sc_sized[i].class_] : 0,
                      __ATOMIC_RELAXED);
 }

@@ -16,14 +16,16 @@
 typedef struct sc_info {
   uint32_t size;      /* object size: a multiple of 16 */
   uint32_t span_mask; /* slab span size - 1; spans are aligned to their (power-of-two) size */
-  uint64_t div_magic; /* UINT64_MAX / size + 1: off % size == 0 iff off * magic < magic */
 } sc_info_t;
 
 /* Indexed by class, and by any page-map tag (pagemap.h): the entries of 0 and of the tags above
    SC_COUNT are zero, so that sc_is_object_start is false for them and free's fast path need
-   not test the tag's range first. */
+   not test the tag's range first. Entries of 8 bytes each, so that free's fast path indexes
+   both tables with its class scaled in the address. */
 #define SC_INFO_ENTRIES 128
 extern MAGPIE_HIDDEN sc_info_t sc_info[SC_INFO_ENTRIES];
+/* A class's UINT64_MAX / size + 1: off % size == 0 iff off * magic < magic. */
+extern MAGPIE_HIDDEN uint64_t sc_div_magic[SC_INFO_ENTRIES];
 extern MAGPIE_HIDDEN uint8_t sc_lookup[SC_LOOKUP_MAX / 16 + 1];
 
 /* A request size's class with the class's object-start test, indexed like sc_lookup: what a C++
@@ -59,8 +61,8 @@ static MP_INLINE int sc_offset_is_start(uintptr_t a, uint32_t span_mask, uint64_
 }
 
 /* sc_offset_is_start in a slab of class c. False for c 0 or above SC_COUNT (their magic is 0). */
-static MP_INLINE int sc_is_object_start(unsigned c, uintptr_t a) {
-  return sc_offset_is_start(a, sc_info[c].span_mask, sc_info[c].div_magic);
+static MP_INLINE int sc_is_object_start(size_t c, uintptr_t a) {
+  return sc_offset_is_start(a, sc_info[c].span_mask, sc_div_magic[c]);
 }
 
 #endif

@@ -69,7 +69,7 @@ static inline void *fast_malloc(size_t size) {
    (its first word is marker, p ^ mag_consts.secret: the callers load the secret before their
    object-start test, so that the two run side by side); or returns 0: the caller takes a slow
    path, which checks it all again. */
-static MP_INLINE int fast_free_start_try(void *p, unsigned c, uintptr_t marker) {
+static MP_INLINE int fast_free_start_try(void *p, size_t c, uintptr_t marker) {
   uintptr_t word = *(uintptr_t *)p;
   if (!MP_LIKELY(word != marker)) return 0;
   *(uintptr_t *)p = marker; /* before the push: once pushed, p may be another thread's */
@@ -83,7 +83,7 @@ static MP_INLINE int fast_free_start_try(void *p, unsigned c, uintptr_t marker) 
    check (sizeclass.h), which so tests the tag too. */
 static MP_INLINE int fast_free_try(void *p) {
   uintptr_t a = (uintptr_t)p, marker = a ^ mag_consts.secret;
-  unsigned c = pagemap_tag(a);
+  size_t c = pagemap_tag(a);
   return sc_is_object_start(c, a) && fast_free_start_try(p, c, marker);
 }
 

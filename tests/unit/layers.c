@@ -97,8 +97,8 @@ static void *idler(void *arg) {
 static int idler_rounds(bool prev) {
   tcache_t *tc = idler_cache;
   lock_acquire(&tc->lock);
-  own_class_t *o = &tc->own[sc_of(IDLER_SIZE)];
-  mag_t *m = prev ? o->prev : mag_top_unload(o->top);
+  unsigned c = sc_of(IDLER_SIZE);
+  mag_t *m = prev ? tc->own.prev[c] : mag_top_unload(tc->own.top[c]);
   int n = m == &mag_empty ? -1 : (int)m->n;
   lock_release(&tc->lock);
   return n;
@@ -121,21 +121,20 @@ static void *trader(void *arg) {
   unsigned c = sc_of(IDLER_SIZE);
   idler_round();
   tcache_t *tc = trade_cache = mag_tls;
-  own_class_t *o = &tc->own[c];
-  UCHECK(o->top != MAG_TOP_NONE && o->prev != &mag_empty);
+  UCHECK(tc->own.top[c] != MAG_TOP_NONE && tc->own.prev[c] != &mag_empty);
   pthread_barrier_wait(&trade_ready); /* the reaper looks: this thread missed, it is not idle */
   pthread_barrier_wait(&trade_ready);
   void **top = fast_enter(tc, c); /* the trade's reads (mag.c) */
-  mag_t *prev = o->prev;
+  mag_t *prev = tc->own.prev[c];
   pthread_barrier_wait(&trade_entered); /* the reaper looks again, and parks */
   if (swap) {
-    while (__atomic_load_n(&o->top, __ATOMIC_RELAXED) != MAG_TOP_NONE &&
+    while (__atomic_load_n(&tc->own.top[c], __ATOMIC_RELAXED) != MAG_TOP_NONE &&
            !__atomic_load_n(&trade_looked, __ATOMIC_ACQUIRE))
       ; /* preempted past a window that put the magazine back, it trades after the look */
     mag_t *m = mag_top_unload(top); /* the trade's stores */
     void **traded = mag_top_load(prev);
-    __atomic_store_n(&o->prev, m, __ATOMIC_RELAXED);
-    __atomic_store_n(&o->top, traded, __ATOMIC_RELAXED);
+    __atomic_store_n(&tc->own.prev[c], m, __ATOMIC_RELAXED);
+    __atomic_store_n(&tc->own.top[c], traded, __ATOMIC_RELAXED);
     trade_top = traded;
     trade_prev = m;
     fast_leave(tc);
@@ -165,8 +164,8 @@ static void trade_in_window(bool swap) {
   mag_reclaim(false);
   __atomic_store_n(&trade_looked, true, __ATOMIC_RELEASE);
   pthread_barrier_wait(&trade_done);
-  own_class_t *o = &trade_cache->own[sc_of(IDLER_SIZE)];
-  UCHECK(o->top == trade_top && o->prev == trade_prev);
+  unsigned c = sc_of(IDLER_SIZE);
+  UCHECK(trade_cache->own.top[c] == trade_top && trade_cache->own.prev[c] == trade_prev);
   lock_acquire(&ic->depot.lock);
   UCHECK(ic->depot.nfull == full_before && ic->depot.nempty == empty_before);
   lock_release(&ic->depot.lock);
@@ -529,7 +528,7 @@ static void sweep_cold_class(void) {
   for (int i = 0; i < BIG; i++)
     magpie_free(big_blocks[i]);
   uint32_t big_rounds = 0, big_after = 0;
-  mag_top_find(mag_tls->own[big->id].top, &big_rounds);
+  mag_top_find(mag_tls->own.top[big->id], &big_rounds);
   UCHECK(big_rounds > 0 && depot_fulls(big) > 0);
   for (int i = 0; i < COLD; i++)
     UCHECK((cold_blocks[i] = magpie_malloc(48)) != NULL);
@@ -552,9 +551,9 @@ static void sweep_cold_class(void) {
   UCHECK(__atomic_load_n(&cold->swept, __ATOMIC_RELAXED) > 0);      /* counted for the statistics */
   UCHECK(os_now_ns() - start >= (uint64_t)opt.sweep_ms * 1000000u); /* not before an interval */
   uint32_t warm_rounds = 0, cold_rounds = 0;
-  mag_top_find(mag_tls->own[warm->id].top, &warm_rounds);
-  mag_top_find(mag_tls->own[cold->id].top, &cold_rounds);
-  mag_top_find(mag_tls->own[big->id].top, &big_after);
+  mag_top_find(mag_tls->own.top[warm->id], &warm_rounds);
+  mag_top_find(mag_tls->own.top[cold->id], &cold_rounds);
+  mag_top_find(mag_tls->own.top[big->id], &big_after);
   UCHECK(warm_rounds > 0 && cold_rounds == 0 && unit_class_slabs(warm) > 0);
   UCHECK(depot_fulls(big) == 0 && big_after == big_rounds);
   mag_check();
@@ -823,17 +822,17 @@ int main(int argc, char **argv) {
   UCHECK(m8);
   for (m8->n = 0; m8->n < 3; m8->n++)
     m8->rounds[m8->n] = rounds8[m8->n];
-  t8.own[1].top = mag_top_load(m8);
+  t8.own.top[1] = mag_top_load(m8);
   int pushes = 0, pops = 0;
-  while (pushes < 100 && fast_own_push(&t8, 1, t8.own[1].top, rounds8[3 + pushes % 5]))
+  while (pushes < 100 && fast_own_push(&t8, 1, t8.own.top[1], rounds8[3 + pushes % 5]))
     pushes++;
-  UCHECK(pushes == 5 && mag_top_unload(t8.own[1].top) == m8 && m8->n == 8);
-  UCHECK(fast_own_pop(&t8, 1, t8.own[1].top) == rounds8[7] && mag_top_unload(t8.own[1].top) == m8 &&
+  UCHECK(pushes == 5 && mag_top_unload(t8.own.top[1]) == m8 && m8->n == 8);
+  UCHECK(fast_own_pop(&t8, 1, t8.own.top[1]) == rounds8[7] && mag_top_unload(t8.own.top[1]) == m8 &&
          m8->n == 7);
-  for (pops = 1; pops < 100 && fast_own_pop(&t8, 1, t8.own[1].top); pops++) {
+  for (pops = 1; pops < 100 && fast_own_pop(&t8, 1, t8.own.top[1]); pops++) {
   }
-  UCHECK(pops == 8 && mag_top_unload(t8.own[1].top) == m8 && m8->n == 0);
-  UCHECK(t8.own[1].count.allocs == 8 && t8.own[1].count.frees == 5);
+  UCHECK(pops == 8 && mag_top_unload(t8.own.top[1]) == m8 && m8->n == 0);
+  UCHECK(t8.own.allocs[1] == 8 && t8.own.frees[1] == 5);
   UCHECK(mag_top_unload(MAG_TOP_NONE) == &mag_empty);
   depot_put(cp, m8);
 

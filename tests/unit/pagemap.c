@@ -12,7 +12,7 @@ int main(void) {
   UCHECK(pagemap_hot.root == UINTPTR_MAX && pagemap_hot.leaf == NULL);
   UCHECK(pagemap_set(large, OS_PAGE, 3 << 7 | PM_TAG_LARGE)); /* no slab: claims nothing */
   UCHECK(pagemap_hot.root == UINTPTR_MAX && pagemap_get(large) == (3 << 7 | PM_TAG_LARGE));
-  UCHECK(pagemap_get(start) == 0);
+  UCHECK(pagemap_get(start) == 0 && pagemap_tag(start) == 0 && pagemap_tag(0) == 0);
   uintptr_t early = start - 2 * OS_PAGE; /* in the GiB the slab below claims, set before it */
   UCHECK(pagemap_set(early, OS_PAGE, 1 << 7 | PM_TAG_LARGE) && pagemap_tag(early) == PM_TAG_LARGE);
   UCHECK(pagemap_set(start, 8 * OS_PAGE, 0x1280 | 5));
@@ -30,6 +30,8 @@ int main(void) {
   UCHECK(pagemap_get(start + OS_PAGE) == 0 && pagemap_get(start) == (0x1280 | 5));
   UCHECK(pagemap_tag(start + OS_PAGE) == 0 && pagemap_tag(start) == 5);
   UCHECK(pagemap_get((uintptr_t)1 << 47) == 0 && pagemap_get(UINTPTR_MAX) == 0);
+  UCHECK(pagemap_tag((uintptr_t)1 << 47) == 0 && pagemap_tag(UINTPTR_MAX) == 0);
+  UCHECK(pagemap_tag(start - (start & ((1 << 30) - 1)) - 1) == 0); /* just below the hot GiB */
   UCHECK(!pagemap_set((uintptr_t)1 << 47, OS_PAGE, 1));
   UCHECK(pagemap_get(0) == 0);
   printf("pagemap: ok\n");

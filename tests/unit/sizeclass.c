@@ -41,7 +41,7 @@ int main(void) {
     for (size_t i = 0; i <= SC_LOOKUP_MAX / 16; i++) {
       unsigned c = sc_sized[i].class_;
       UCHECK(c == sc_lookup[i] && sc_sized[i].span_mask == sc_info[c].span_mask);
-      UCHECK(sc_sized[i].div_magic == (trust == 1 ? sc_info[c].div_magic : 0));
+      UCHECK(sc_sized[i].div_magic == (trust == 1 ? sc_div_magic[c] : 0));
     }
   }
   printf("sizeclass: %u classes ok\n", SC_COUNT);
