@@ -142,6 +142,10 @@ def plan(mode, threads=None):
     for t in many:
         w.append(Workload("prodcons-t%d" % t, "prodcons", "half the threads allocate, half free",
                           ["-t", str(t), "-i", "2000000" if quick else "8000000"]))
+    for t in [2] if quick else [2, 8]:
+        w.append(Workload("scatter-t%d" % t, "scatter",
+                          "threads free big batches of 64 B blocks in random order",
+                          ["-t", str(t), "-i", "4" if quick else "16", "-n", "500000"]))
     for m in ("thrash", "scratch"):
         for t in [2] if quick else [2, 8]:
             w.append(Workload("%s-t%d" % (m, t), "falseshare",
