@@ -39,14 +39,17 @@ void slab_free(cache_t *cp, void **objs, unsigned n);
    that empties go to the next slab made (vmem.c theory 9), rather than cut from the heap
    arena. */
 bool slab_packed(const cache_t *cp);
-/* The slab holding obj if it is an object start of cache cp's slabs, else NULL. No lock: a
-   slab's base and cache never change while its pages map to it. */
-static inline slab_t *slab_of(const cache_t *cp, const void *obj) {
-  uintptr_t e = pagemap_get((uintptr_t)obj);
+/* The slab holding obj if it is an object start of cache cp's slabs, else NULL, where e is
+   obj's page-map entry. No lock: a slab's base and cache never change while its pages map to
+   it. */
+static inline slab_t *slab_at(const cache_t *cp, const void *obj, uintptr_t e) {
   if ((e & PM_TAG_MASK) != cp->tag) return NULL;
   slab_t *s = (slab_t *)(e & ~PM_TAG_MASK);
   uint64_t off = (uintptr_t)obj - s->base;
   return s->cache == cp && off * cp->div_magic <= cp->div_magic - 1 ? s : NULL;
+}
+static inline slab_t *slab_of(const cache_t *cp, const void *obj) {
+  return slab_at(cp, obj, pagemap_get((uintptr_t)obj));
 }
 /* Gives back to the kernel the pages of cp's slabs on which every object is free (theory 6);
    only for malloc's classes, and nothing unless slab_pages_may_go. Returns the bytes. */
