@@ -222,7 +222,9 @@ static void slab_release(cache_t *cp, slab_t *retired) {
 
 /* Object obj's index in its slab s. */
 static uint32_t slab_index(const cache_t *cp, const slab_t *s, const void *obj) {
-  return (uint32_t)(((uintptr_t)obj - s->base) / cp->size);
+  /* offset / size as the high half of offset * div_magic (Lemire's division, exact for
+     offsets below 2^32: a span is at most a few MiB), not a divide's tens of cycles */
+  return (uint32_t)(((unsigned __int128)((uintptr_t)obj - s->base) * cp->div_magic) >> 64);
 }
 
 /* The chunks (theory 6) that object k lies on, as a mask. */
