@@ -264,7 +264,7 @@ static bool slab_held(const cache_t *cp, const slab_t *s, uint32_t k) {
    objects lie on many slabs, one miss after another under the slab lock otherwise. A prefetch
    never faults, so an entry that names no slab costs nothing. */
 #define SLAB_PREFETCH_AHEAD 4
-static uintptr_t slab_prefetch(const void *obj) {
+static MP_INLINE uintptr_t slab_prefetch(const void *obj) {
   uintptr_t e = pagemap_get((uintptr_t)obj);
   __builtin_prefetch((const char *)(e & ~PM_TAG_MASK));
   __builtin_prefetch((const char *)(e & ~PM_TAG_MASK) + OS_LINE, 1);
