@@ -60,27 +60,26 @@
 /* clang-format off */
 
 /* Pops an object from the current CPU's loaded magazine of the class at `slot`, whose top the
-   slot holds (mag.h: the word below the top is a round, or the magazine's lower end mark, odd);
-   NULL if it is empty. Commit: the top, one round lower. */
+   slot holds (mag.h: the word below the top is a round, or the magazine's lower end mark, odd).
+   Returns that word: the object popped, or, odd, the end mark of an empty magazine, which pops
+   nothing. Commit: the top, one round lower. */
 static inline void *rseq_pop(char *slot, ptrdiff_t area) {
-  void *obj;
+  void *word;
   __asm__ __volatile__(
       RSEQ_BEGIN("%%rax", "%[area]")
       "movl %%fs:" RSEQ_CPU_ID "(%[area]), %%eax\n\t"
       "shlq $" RSEQ_CPU_SHIFT ", %%rax\n\t"
       "movq (%%rax, %[slot]), %%rcx\n\t" /* the top */
-      "xorl %k[obj], %k[obj]\n\t"
-      "movq -8(%%rcx), %%rdx\n\t"        /* the round below it, or the lower end mark */
-      "testb $1, %%dl\n\t"
+      "movq -8(%%rcx), %[word]\n\t"      /* the round below it, or the lower end mark */
+      "testl $1, %k[word]\n\t"
       "jnz 2f\n\t"
-      "movq %%rdx, %[obj]\n\t"
       "subq $8, %%rcx\n\t"
       "movq %%rcx, (%%rax, %[slot])\n"   /* commit: the top lowered */
       RSEQ_END
-      : [obj] "=&r"(obj)
+      : [word] "=&r"(word)
       : [area] "r"(area), [slot] "r"(slot)
-      : "memory", "cc", "rax", "rcx", "rdx");
-  return obj;
+      : "memory", "cc", "rax", "rcx");
+  return word;
 }
 
 /* Pushes obj onto the current CPU's loaded magazine of the class at `slot`; 0 if it is full
