@@ -59,6 +59,16 @@ void **mag_top_load(mag_t *m);
 mag_t *mag_top_find(void **top, uint32_t *n);
 mag_t *mag_top_unload(void **top);
 
+/* Takes a thread's or a CPU's lock l for a reap: waits for it where the reap takes everything
+   (all: trim, an allocation that found no memory), else only takes it free, since its holder
+   is in a slow path, so not idle, and may be preempted there (mag_reclaim.c). Returns whether
+   it took it. */
+static inline bool mag_reap_lock(lock_t *l, bool all) {
+  if (!all) return lock_try(l);
+  lock_acquire(l);
+  return true;
+}
+
 /* Counts a miss past the magazines of cp (statistics; on slow paths only). */
 static inline void mag_count_cache_miss(cache_t *cp) {
   __atomic_add_fetch(&cp->misses, 1, __ATOMIC_RELAXED);

@@ -303,10 +303,7 @@ void mag_cpu_reclaim(bool all) {
   void **taken_top[SC_COUNT + 1];
   for (unsigned i = 0, n = mag_cpu_count(); i < n; i++) {
     mag_cpu_t *mc = mag_cpu(i);
-    if (all)
-      lock_acquire(&mc->lock);
-    else if (!lock_try(&mc->lock)) /* a slow path there, so not quiet: no wait behind it */
-      continue;
+    if (!mag_reap_lock(&mc->lock, all)) continue; /* a slow path there, so not quiet */
     if (all || mc->misses == mc->misses_seen) {
       mag_cpu_quiesce(i);
       bool taken = false;

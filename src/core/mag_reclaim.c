@@ -91,10 +91,7 @@ void mag_reclaim(bool all) {
     tcache_t *batch[MAG_PARK_BATCH];
     unsigned n = 0;
     for (; tc != &mag_registry && n < MAG_PARK_BATCH; tc = tc->next) {
-      if (all)
-        lock_acquire(&tc->lock);
-      else if (!lock_try(&tc->lock)) /* in a slow path, so not idle: no wait behind it */
-        continue;
+      if (!mag_reap_lock(&tc->lock, all)) continue; /* in a slow path, so not idle */
       bool idle = !tc->cpus && (all || tc->misses == tc->misses_seen);
       tc->misses_seen = tc->misses;
       if (idle && mag_thread_fence && mag_thread_park(tc, mag_parked[n])) {
