@@ -45,16 +45,17 @@
  *      objects get their markers back. Until then a double free of one of them is caught when
  *      it comes back here (its bit is set), or when its chunk is taken back. The caller keeps
  *      this away from object caches (constructed objects), and debug and memcheck modes, which
- *      keep their own records in free blocks, turn it off (slab_pages_may_go). Only slabs that took
- * objects back since the last look are looked at again, so a quiet heap's repeated reaps cost a
- * walk of the list. The purges run without the slab lock (a big heap's take tens of milliseconds,
- * and every thread that misses in the class would wait): under the lock the chunks become hollow
- * and the free objects on them leave the bitmap as if handed out (`giving` counts the give-backs
- * and refills holding some), so that no refill takes one and the slab cannot empty; after the
- *      purges, under the lock again, they come back. Meanwhile an object on a hollow chunk whose
- *      bit is clear is one of them, and freeing it is a double free. Where the last such chunk
- *      reaches past the carved part, the objects up to its end are carved first, free, so that none
- *      is carved on it meanwhile. SLAB_GIVE_BATCH slabs at a time.
+ *      keep their own records in free blocks, turn it off (slab_pages_may_go). Only slabs that
+ *      took objects back since the last look are looked at again, so a quiet heap's repeated
+ *      reaps cost a walk of the list. The purges run without the slab lock (a big heap's take
+ *      tens of milliseconds, and every thread that misses in the class would wait): under the
+ *      lock the chunks become hollow and the free objects on them leave the bitmap as if handed
+ *      out (`giving` counts the give-backs and refills holding some), so that no refill takes
+ *      one and the slab cannot empty; after the purges, under the lock again, they come back.
+ *      Meanwhile an object on a hollow chunk whose bit is clear is one of them, and freeing it
+ *      is a double free. Where the last such chunk reaches past the carved part, the objects up
+ *      to its end are carved first, free, so that none is carved on it meanwhile.
+ *      SLAB_GIVE_BATCH slabs at a time.
  *      Taking hollow chunks back into use runs without the lock too (their pages fault in, one
  *      after another, and every thread that misses in the class would wait): a refill that
  *      took objects on them holds the chunks' other free objects the same way, checks and
