@@ -131,9 +131,11 @@ static tcache_t *mag_registry_retired;
 static mag_totals_t mag_folded;
 static unsigned mag_threads_live; /* threads with a tcache, or making one (atomic) */
 
-static void mag_no_hook(void) {}
+static void mag_no_hook(bool alloc) {
+  (void)alloc;
+}
 
-void (*mag_miss_hook)(void) = mag_no_hook;
+void (*mag_miss_hook)(bool alloc) = mag_no_hook;
 
 static uint64_t mag_large_requested; /* bytes requested in large blocks, ever (atomic) */
 static size_t mag_held;              /* bytes handed out or in magazines (atomic) */
@@ -351,8 +353,8 @@ static void mag_give_home(cache_t *cp, mag_t *m) {
    alone, and whose constructors and destructors, run by the slab layer inside the miss, may
    call malloc and miss again. The periodic reap runs before, outside the lock: it takes other
    threads' tcache locks. */
-static lock_t *mag_miss_begin(cache_t *cp) {
-  mag_miss_hook();
+static lock_t *mag_miss_begin(cache_t *cp, bool alloc) {
+  mag_miss_hook(alloc);
   mag_count_cache_miss(cp);
   if (cp->tag == PM_TAG_CACHE) return NULL;
   tcache_t *tc = mag_tls;
@@ -362,14 +364,14 @@ static lock_t *mag_miss_begin(cache_t *cp) {
 }
 
 void *mag_own_alloc_miss(cache_t *cp, mag_pair_t *t) {
-  lock_t *held = mag_miss_begin(cp);
+  lock_t *held = mag_miss_begin(cp, true);
   void *obj = mag_alloc_refill(cp, t, NULL);
   if (held) lock_release(held);
   return obj;
 }
 
 bool mag_own_free_miss(cache_t *cp, mag_pair_t *t, void *obj) {
-  lock_t *held = mag_miss_begin(cp);
+  lock_t *held = mag_miss_begin(cp, false);
   bool kept = mag_free_room(cp, t, obj, NULL);
   if (held) lock_release(held);
   return kept;
@@ -456,7 +458,7 @@ static void mag_own_sweep(tcache_t *tc, unsigned served) {
 
 /* Misses of class c (cache cp) on tc's own magazines: under tc's lock, on the pair unpacked. */
 static void *mag_own_class_alloc_miss(cache_t *cp, tcache_t *tc, unsigned c) {
-  lock_t *held = mag_miss_begin(cp);
+  lock_t *held = mag_miss_begin(cp, true);
   mag_pair_t t = mag_own_unpack(tc, c);
   void *obj = mag_alloc_refill(cp, &t, NULL);
   mag_own_pack(tc, c, t);
@@ -466,7 +468,7 @@ static void *mag_own_class_alloc_miss(cache_t *cp, tcache_t *tc, unsigned c) {
 }
 
 static bool mag_own_class_free_miss(cache_t *cp, tcache_t *tc, unsigned c, void *obj) {
-  lock_t *held = mag_miss_begin(cp);
+  lock_t *held = mag_miss_begin(cp, false);
   mag_pair_t t = mag_own_unpack(tc, c);
   bool kept = mag_free_room(cp, &t, obj, NULL);
   mag_own_pack(tc, c, t);

@@ -151,8 +151,9 @@ extern bool mag_magazines_off;
 
 void mag_init(void);
 /* Called at the start of every miss that goes past the thread's or CPU's magazines, outside
-   any lock; the front layer sets it (the periodic reap) at bring-up. */
-extern void (*mag_miss_hook)(void);
+   any lock, alloc telling an allocation's miss from a free's; the front layer sets it (the
+   periodic reap) at bring-up. */
+extern void (*mag_miss_hook)(bool alloc);
 /* Bytes handed to the program or held in magazines: +/- delta at each magazine movement and
    large block; its high-water mark bounds the peak of live bytes from above. */
 void mag_held_add(ptrdiff_t delta);

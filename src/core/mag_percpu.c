@@ -197,9 +197,10 @@ static mag_cpu_t *mag_cpu_lock(unsigned *cpu) {
   return mc;
 }
 
-/* A miss on the CPU's magazines: reaps if it is time, then locks the CPU and counts the miss. */
-static mag_cpu_t *mag_cpu_miss(cache_t *cp, unsigned *cpu) {
-  mag_miss_hook();
+/* A miss on the CPU's magazines (an allocation's or a free's): reaps if it is time, then locks
+   the CPU and counts the miss. */
+static mag_cpu_t *mag_cpu_miss(cache_t *cp, unsigned *cpu, bool alloc) {
+  mag_miss_hook(alloc);
   mag_cpu_t *mc = mag_cpu_lock(cpu);
   STAT_ADD(mc->misses, 1);
   mag_count_cache_miss(cp);
@@ -244,7 +245,7 @@ static void mag_cpu_install(mag_cpu_t *mc, unsigned cpu, unsigned c, const mag_p
    pair of the CPU the thread runs on, unless that one has found rounds meanwhile. */
 void *mag_cpu_alloc_miss(cache_t *cp, unsigned c) {
   unsigned cpu;
-  mag_cpu_t *mc = mag_cpu_miss(cp, &cpu);
+  mag_cpu_t *mc = mag_cpu_miss(cp, &cpu, true);
   mag_pair_t t = mag_cpu_pair(mc, c);
   mag_t *fill = NULL;
   void *obj = mag_alloc_refill(cp, &t, &fill);
@@ -278,7 +279,7 @@ void *mag_cpu_alloc_miss(cache_t *cp, unsigned c) {
    depot lacked is made without it, for the next miss (theory 5). */
 bool mag_cpu_free_miss(cache_t *cp, unsigned c, void *obj) {
   unsigned cpu;
-  mag_cpu_t *mc = mag_cpu_miss(cp, &cpu);
+  mag_cpu_t *mc = mag_cpu_miss(cp, &cpu, false);
   mag_pair_t t = mag_cpu_pair(mc, c);
   mag_t *drain = NULL;
   bool kept = mag_free_room(cp, &t, obj, &drain);

@@ -19,7 +19,10 @@
  *      own (a thread of magpie's would surprise them: unshare(CLONE_NEWUSER) needs a
  *      single-threaded process, and glibc's fork is async-signal-safe only in one, fork.c
  *      theory 3), unless the live view asks for it (publish_ms) or option reaper=2 does, nor
- *      does the child of a multithreaded fork; option reaper=0 keeps it away altogether.
+ *      does the child of a multithreaded fork; option reaper=0 keeps it away altogether. Only an
+      allocation's slow path starts it, never a free's: glibc frees a dead thread's TLS inside
+      pthread_join with the lock of its cache of thread stacks held, which pthread_create
+      takes, so a free there that started the thread would wait on itself.
  *      cache_trim gives back everything free at once; cache_reclaim, after an allocation found
  *      no memory, gives back every cached object and wholly free span for one more try. Both
  *      take every thread's and CPU's magazines, not only the idle ones': a thread that is busy
@@ -118,14 +121,15 @@ static void reaper_start(void) {
     __atomic_store_n(&reaper_state, REAPER_INLINE, __ATOMIC_RELAXED);
 }
 
-/* What a tick does once the clock is read: starts the reaper, or reaps and publishes here. */
-static void cache_tick_now(void) {
+/* What a tick does once the clock is read: starts the reaper (alloc: on an allocation's slow
+   path, theory 3), or reaps and publishes here. */
+static void cache_tick_now(bool alloc) {
   uint64_t now = os_now_ns(), period = (uint64_t)opt.reap_ms * 1000000u;
   if (now - __atomic_load_n(&cache_last_slow, __ATOMIC_RELAXED) > period / 4)
     __atomic_store_n(&cache_last_slow, now, __ATOMIC_RELAXED); /* rarely: a shared line */
   int state = __atomic_load_n(&reaper_state, __ATOMIC_RELAXED);
   if (state == REAPER_RUNNING) return;
-  if (opt.reaper && state == REAPER_NONE &&
+  if (alloc && opt.reaper && state == REAPER_NONE &&
       ((os_mapped_bytes() > REAPER_START_BYTES &&
         (os_program_threaded() || opt.reaper >= REAPER_OPT_SINGLE)) ||
        opt.publish_ms)) {
@@ -144,11 +148,11 @@ static void cache_tick_now(void) {
 /* The system calls of a tick (the reaper's start, the reap, the profile request's file, the
    live area) leave the program's errno as it was: free, and a malloc that succeeds, never
    change it. */
-void cache_reap_tick(void) {
+void cache_reap_tick(bool alloc) {
   static __thread unsigned misses; /* the clock is read once per REAP_TICK_MISSES misses */
   if (misses++ % REAP_TICK_MISSES) return;
   int saved = errno;
-  cache_tick_now();
+  cache_tick_now(alloc);
   errno = saved;
 }
 

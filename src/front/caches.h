@@ -6,8 +6,9 @@
 #include "cache.h"
 
 void cache_init(void);
-/* Runs the periodic reap when reap_ms has passed since the last one (any thread's slow path). */
-void cache_reap_tick(void);
+/* Runs the periodic reap when reap_ms has passed since the last one (any thread's slow path;
+   alloc: an allocation's, the only kind that starts the reaper thread: theory 3). */
+void cache_reap_tick(bool alloc);
 /* Returns everything free to the OS (malloc_trim); returns the bytes given back. */
 size_t cache_trim(void);
 /* After an allocation of size bytes found no memory: this thread's magazines, the depots'

@@ -453,7 +453,9 @@ static void *starter(void *arg) {
   return NULL;
 }
 
-static void no_reap(void) {}
+static void no_reap(bool alloc) {
+  (void)alloc;
+}
 
 /* A thread starts (makes its tcache) while this one holds the registry's lock, as the reaper,
    a report or another thread's exit may: it takes none (mag.c), and the lock's next holder
@@ -463,7 +465,7 @@ static void no_reap(void) {}
 static void start_unlocked(void) {
   mag_totals_t before, after;
   mag_totals(&before);
-  void (*reap)(void) = mag_miss_hook;
+  void (*reap)(bool) = mag_miss_hook;
   mag_miss_hook = no_reap;
   lock_acquire(&mag_registry_lock);
   pthread_t t;
