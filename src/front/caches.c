@@ -20,9 +20,9 @@
  *      single-threaded process, and glibc's fork is async-signal-safe only in one, fork.c
  *      theory 3), unless the live view asks for it (publish_ms) or option reaper=2 does, nor
  *      does the child of a multithreaded fork; option reaper=0 keeps it away altogether. Only an
-      allocation's slow path starts it, never a free's: glibc frees a dead thread's TLS inside
-      pthread_join with the lock of its cache of thread stacks held, which pthread_create
-      takes, so a free there that started the thread would wait on itself.
+ *      allocation's slow path starts it, never a free's: glibc frees a dead thread's TLS inside
+ *      pthread_join with the lock of its cache of thread stacks held, which pthread_create
+ *      takes, so a free there that started the thread would wait on itself.
  *      cache_trim gives back everything free at once; cache_reclaim, after an allocation found
  *      no memory, gives back every cached object and wholly free span for one more try. Both
  *      take every thread's and CPU's magazines, not only the idle ones': a thread that is busy
