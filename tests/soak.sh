@@ -13,9 +13,9 @@
 # -q: small workloads and no ctest (the smoke test of this script). A run that fails leaves its
 # output and the command that repeats it in the output directory (default build/soak); one
 # that passes its limit also leaves every thread's stack (gdb, where installed) and is killed
-# with SIGKILL: a deadlock inside
-# magpie's thread start holds every signal blocked, so the programs' own watchdog (SIGALRM) and
-# a plain timeout (SIGTERM) cannot end it. Exit status: 0 when every run passed.
+# with SIGKILL: a deadlock inside magpie's thread start holds every signal blocked, so the
+# programs' own watchdog (SIGALRM) and a plain timeout (SIGTERM) cannot end it. Exit status: 0
+# when every run passed.
 set -u
 minutes=30 rounds=0 seed=$(( $(date +%s) % 100000 )) quick=0 limit=300
 root=$(cd "$(dirname "$0")/.." && pwd)
