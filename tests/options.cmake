@@ -46,9 +46,14 @@ option_config(small_mags
 # and the threads sweeping the classes they stopped allocating as often as the clock moves.
 option_config(sampled MAGPIE_OPTIONS=percpu=0,reaper=0,sample=1,reap_ms=1,profile_rate=4k,hugepages=never,publish_ms=1,sweep_ms=1)
 
+# Per-CPU magazines on magpie's own rseq area, as before glibc 2.35: glibc registers none (its
+# tunable), and every thread but the first takes the CPUs' magazines, registering the area
+# itself (src/platform/os_fence.c theory 2).
+option_config(rseq_own GLIBC_TUNABLES=glibc.pthread.rseq=0 MAGPIE_OPTIONS=percpu=2,percpu_threads=1)
+
 set(OPTION_CONFIGS_API percpu0 reaper0 mag_rounds2 reap_ms1 sweep_ms1 retain0 sample1
     hugepages_always hugepages_never profile16k debug)
-set(OPTION_CONFIGS_STRESS small_mags sampled debug)
+set(OPTION_CONFIGS_STRESS small_mags sampled debug rseq_own)
 
 # The warnings of src/core/options.c and src/debug/debug_flags.c about MAGPIE_OPTIONS and
 # MAGPIE_DEBUG.

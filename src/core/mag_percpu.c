@@ -2,7 +2,8 @@
  * mag_percpu: per-CPU magazines, one record of pairs of malloc's classes per possible CPU
  * (mag_cpu_t, mag.h), for the threads started while threads outnumber the CPUs (the first
  * percpu_threads keep magazines of their own: docs/decisions/per-cpu-magazines.md). Only where
- * glibc registered an rseq area, and never with percpu=0 or under ThreadSanitizer. The records,
+ * a thread has an rseq area, glibc's or, where glibc has none, magpie's own (os_fence.c theory
+ * 2), and never with percpu=0 or under ThreadSanitizer. The records,
  * a page each, are mapped at start but set up only when the first thread takes them: a process
  * that never has that many threads touches none of them, however many CPUs the machine may
  * hold, and its reaps and forks do not walk them.
@@ -88,7 +89,7 @@ bool mag_percpu(void) {
 void mag_cpu_init(void) {
 #if RSEQ_SUPPORTED
   unsigned n = os_cpu_possible();
-  if (!opt.percpu || !os_rseq_available() || n == 0) return;
+  if (!opt.percpu || n == 0 || !os_rseq_choose(opt.percpu == 2)) return;
   char *cpus = os_map(n * sizeof(mag_cpu_t)); /* zeroed, untouched until mag_cpu_setup */
   if (!cpus) return;
   mag_consts.rseq_area = os_rseq_offset();
@@ -116,11 +117,14 @@ static void mag_cpu_setup(void) {
 #endif
 
 /* Per-CPU magazines go to the threads beyond the first percpu_threads (twice the CPUs by
-   default), where the thread has a registered rseq area. */
+   default), where the thread has a registered rseq area (magpie registers its own here, where
+   glibc has none: os_fence.c theory 2). */
 char *mag_cpu_for_thread(unsigned live) {
 #if RSEQ_SUPPORTED
   size_t few = opt.percpu_threads ? opt.percpu_threads : 2 * (size_t)os_cpu_count();
-  int cpu = mag_cpus && live > few ? rseq_cpu(mag_consts.rseq_area) : -1;
+  if (!mag_cpus || live <= few) return NULL;
+  os_rseq_register();
+  int cpu = rseq_cpu(mag_consts.rseq_area);
   if (cpu < 0 || (unsigned)cpu >= mag_ncpus) return NULL;
   mag_cpu_setup();
   return mag_cpus;

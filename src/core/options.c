@@ -59,7 +59,7 @@ static const opt_entry_t opt_table[] = {
     {"calloc_populate", OPT_SIZE, offsetof(options_t, calloc_populate), 0, 0},
     {"reaper", OPT_SIZE, offsetof(options_t, reaper), 0, 0},
     {"sample", OPT_SIZE, offsetof(options_t, sample), 0, 0},
-    {"percpu", OPT_SIZE, offsetof(options_t, percpu), 0, 0},
+    {"percpu", OPT_SIZE, offsetof(options_t, percpu), 0, 2},
     {"percpu_threads", OPT_SIZE, offsetof(options_t, percpu_threads), 0, 0},
     {"hugepages", OPT_HUGE_WORD, offsetof(options_t, hugepages), 0, 0},
     {"hugepages_min", OPT_SIZE, offsetof(options_t, hugepages_min), 0, 0},

@@ -25,7 +25,8 @@ typedef struct options {
   size_t sample;          /* about one small allocation in this many gets a guard page; 0 off */
   size_t reaper; /* 1: a background thread reaps once the heap is big, in a program that runs
                     threads; 2: in any program; 0: never (caches.c) */
-  size_t percpu; /* 1: per-CPU magazines once threads outnumber CPUs; 0: never */
+  size_t percpu; /* 1: per-CPU magazines once threads outnumber CPUs; 0: never; 2: as 1, and
+                    on an rseq area of magpie's own also where glibc's is turned off */
   size_t percpu_threads;  /* threads that keep their own magazines; 0: twice the CPUs */
   size_t hugepages;       /* OPT_HUGE_*: how slab huge pages are backed (hugepage.c) */
   size_t hugepages_min;   /* auto: slab heap bytes from which huge pages are used */

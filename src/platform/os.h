@@ -87,8 +87,12 @@ typedef struct os_cgroup {
   uint64_t memory;
 } os_cgroup_t;
 void os_cgroup_read(const char *proc_cgroup, const char *root, os_cgroup_t *out);
-bool os_rseq_available(void);   /* glibc registered an rseq area for each thread */
+/* Chooses the rseq area (os_fence.c theory 2): glibc's, or magpie's own where glibc has none
+   (before 2.35), or also where glibc's is turned off (own); false if none. Once, at start. */
+bool os_rseq_choose(bool own);
+bool os_rseq_available(void);   /* an rseq area was chosen: glibc's or magpie's */
 ptrdiff_t os_rseq_offset(void); /* of the area from the thread pointer (if available) */
+void os_rseq_register(void);    /* registers the calling thread's area, where it is magpie's */
 unsigned os_cpu_possible(void); /* 1 + the highest CPU id the kernel may use; 0 if unknown */
 /* Registers for os_fence_rseq (membarrier); false if the kernel refuses. */
 bool os_fence_rseq_register(void);

@@ -21,6 +21,9 @@
  * Exits 77 (skipped, unit.h) where glibc registered no rseq area; and, after the rest has passed,
  * where membarrier cannot fence rseq: magpie then leaves CPUs' loaded magazines in place, and the
  * checks that they are taken are skipped.
+ *   unit_percpu own: the same on magpie's own rseq area (percpu=2), run where glibc registers
+ * none (glibc.pthread.rseq=0), as before glibc 2.35: each thread that takes the CPUs' magazines
+ * registers the area itself (os_fence.c theory 2). Skipped only where the kernel refuses rseq.
  */
 #define _GNU_SOURCE
 #include "cache.h"
@@ -28,11 +31,14 @@
 #include "mag_impl.h"
 #include "magpie.h"
 #include "os.h"
+#include "rseq.h"
 #include "sizeclass.h"
 #include "slabs.h"
 #include "unit.h"
 
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <sched.h>
 #include <string.h>
 
@@ -269,12 +275,44 @@ static void break_upper_mark(mag_cpu_pair_t *pair, cache_t *cp) {
   m->rounds[m->cap] = NULL;
 }
 
+extern const unsigned int __rseq_size __attribute__((weak));
+
+/* Whether the kernel registers an rseq area: tried on a thread of its own, with an area of its
+   own, unregistered before it ends (so a skip of the own-area test means the kernel, not
+   magpie, refused). */
+static void *kernel_rseq_probe(void *arg) {
+  static __thread struct {
+    uint32_t cpu_id_start;
+    int32_t cpu_id;
+    uint64_t rseq_cs;
+    uint32_t flags, pad[3];
+  } __attribute__((aligned(32))) area = {0, -1, 0, 0, {0}};
+  bool *ok = arg;
+  *ok = syscall(SYS_rseq, &area, sizeof area, 0, 0x53053053) == 0;
+  if (*ok) (void)syscall(SYS_rseq, &area, sizeof area, 1 /* RSEQ_FLAG_UNREGISTER */, 0x53053053);
+  return NULL;
+}
+
 int main(int argc, char **argv) {
-  (void)argc;
+  bool own = argc > 1 && strcmp(argv[1], "own") == 0;
   /* per-CPU magazines for every thread but the first; no heap profiling, whose sampled blocks
      are served by the large path, outside the class counts checked below */
-  unit_options(argv, "reaper=0,percpu_threads=1,profile_rate=0");
-  if (!os_rseq_available()) {
+  unit_options(argv, own ? "reaper=0,percpu_threads=1,profile_rate=0,percpu=2"
+                         : "reaper=0,percpu_threads=1,profile_rate=0");
+  if (own) { /* glibc registered none, so the area is magpie's, and it must work */
+    UCHECK(&__rseq_size == NULL || __rseq_size == 0);
+    UCHECK(os_rseq_available());
+    bool kernel = false;
+    pthread_t probe;
+    UCHECK(pthread_create(&probe, NULL, kernel_rseq_probe, &kernel) == 0);
+    UCHECK(pthread_join(probe, NULL) == 0);
+    if (!kernel) {
+      unit_skip("unit_percpu", "the kernel refuses to register an rseq area");
+      return unit_exit();
+    }
+    os_rseq_register();
+    UCHECK(rseq_cpu(os_rseq_offset()) >= 0); /* magpie's area, registered */
+  } else if (!os_rseq_available()) {
     unit_skip("unit_percpu", "glibc registered no rseq area (a kernel without rseq, or "
                              "glibc.pthread.rseq=0): magpie runs without per-CPU magazines");
     return unit_exit();
