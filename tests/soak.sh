@@ -32,10 +32,11 @@ mkdir -p "$out"
 stress=$build/tests/stress
 [ -x "$stress/stress_handoff_inject" ] || { echo "soak: no stress programs in $stress (make test builds them)"; exit 2; }
 
-# Option settings, one a round in turn; DEBUG stands for MAGPIE_DEBUG=default.
+# Option settings, one a round in turn; DEBUG stands for MAGPIE_DEBUG=default, RSEQ_OWN for the
+# CPUs' magazines on magpie's own rseq area (glibc's turned off, percpu=2).
 settings=("" "percpu_threads=1" "percpu=0" "hugepages=always" "reap_ms=1"
   "retain=0,reap_ms=2" "percpu_threads=1,reap_ms=1" "sample=1,profile_rate=4k"
-  "mag_rounds=2,sweep_ms=1" "DEBUG" "percpu_threads=1,publish_ms=1")
+  "mag_rounds=2,sweep_ms=1" "DEBUG" "percpu_threads=1,publish_ms=1" "RSEQ_OWN")
 programs=(handoff_inject mixed prodcons churn cache fork remap handoff)
 declare -A small=([handoff_inject]="threads=16 ops=1000" [mixed]="threads=8 ops=20000"
   [prodcons]="producers=4 consumers=4 items=2000 rounds=2" [churn]="threads=500 wave=32 ops=100 baseline=200"
@@ -75,8 +76,9 @@ while :; do
   round=$((round + 1))
   s=$((seed + round - 1))
   setting=${settings[$(( (round - 1) % ${#settings[@]} ))]}
-  debug=""
+  debug="" tunables=""
   [ "$setting" = DEBUG ] && { debug=default; setting=""; }
+  [ "$setting" = RSEQ_OWN ] && { tunables=glibc.pthread.rseq=0; setting="percpu=2,percpu_threads=1"; }
   for p in "${programs[@]}"; do
     opts=$setting
     [ $p = handoff_inject ] && opts="inject=$s,reap_ms=1${setting:+,$setting}"
@@ -84,13 +86,14 @@ while :; do
     [ $quick = 1 ] && args+=(${small[$p]})
     envs=(MAGPIE_OPTIONS="$opts")
     [ -n "$debug" ] && envs+=(MAGPIE_DEBUG="$debug")
+    [ -n "$tunables" ] && envs+=(GLIBC_TUNABLES="$tunables")
     run "$p" "${envs[@]}" -- "$stress/stress_$p" "${args[@]}"
   done
   if [ $quick = 0 ]; then
     run ctest -- ctest --test-dir "$build" -j2 --timeout 150 \
       -R "preload_fork|preload_reaper|api_cancel|api_oom|glibc_tst|stress_crowd|unit_layers|unit_percpu"
   fi
-  echo "soak: round $round (seed $s, ${setting:-default options}${debug:+, MAGPIE_DEBUG}): $runs runs, $failed failed"
+  echo "soak: round $round (seed $s, ${setting:-default options}${debug:+, MAGPIE_DEBUG}${tunables:+, $tunables}): $runs runs, $failed failed"
   [ $rounds -gt 0 ] && [ $round -ge $rounds ] && break
   [ "$(date +%s)" -ge $end ] && break
 done
