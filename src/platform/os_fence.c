@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include "os.h"
+#include "rseq.h"
 
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
@@ -26,8 +27,6 @@
 
 extern const unsigned int __rseq_size __attribute__((weak));
 extern const ptrdiff_t __rseq_offset __attribute__((weak));
-
-#define OS_RSEQ_SIG 0x53053053 /* glibc's, which rseq.h's abort handlers follow */
 
 /* The kernel's struct rseq (the original 32 bytes): cpu_id -1 until registered. */
 typedef struct os_rseq_area {
@@ -63,7 +62,7 @@ ptrdiff_t os_rseq_offset(void) {
 
 void os_rseq_register(void) {
   if (os_rseq_ours && os_rseq_own.cpu_id == -1) /* a failure leaves it so: own magazines */
-    (void)syscall(SYS_rseq, &os_rseq_own, sizeof os_rseq_own, 0, OS_RSEQ_SIG);
+    (void)syscall(SYS_rseq, &os_rseq_own, sizeof os_rseq_own, 0, RSEQ_SIGNATURE);
 }
 
 bool os_fence_rseq_register(void) {

@@ -28,13 +28,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define RSEQ_SIGNATURE 0x53053053 /* glibc's RSEQ_SIG on x86; magpie's own area's too */
+
 #if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define RSEQ_SUPPORTED 1
 
-#define RSEQ_SIG "0x53053053" /* glibc's RSEQ_SIG on x86 */
-#define RSEQ_CPU_ID "4"       /* offsetof(struct rseq, cpu_id) */
-#define RSEQ_CS "8"           /* offsetof(struct rseq, rseq_cs) */
-#define RSEQ_CPU_SHIFT "12"   /* per-CPU records are 4 KiB apart (mag_percpu.c checks) */
+#define RSEQ_STR_(x) #x
+#define RSEQ_STR(x) RSEQ_STR_(x)
+#define RSEQ_SIG RSEQ_STR(RSEQ_SIGNATURE) /* for the sequences' abort handlers */
+#define RSEQ_CPU_ID "4"                   /* offsetof(struct rseq, cpu_id) */
+#define RSEQ_CS "8"                       /* offsetof(struct rseq, rseq_cs) */
+#define RSEQ_CPU_SHIFT "12" /* per-CPU records are 4 KiB apart (mag_percpu.c checks) */
 
 /* Label 3: the descriptor of the sequence from 1 to 2 aborting to 4; label 0: (re)start, which
    publishes the descriptor. The abort handler, out of line, restarts. */
