@@ -2,9 +2,7 @@
 # soak: the stress programs again and again, each run with a new seed and one of a set of option
 # settings, with the fork, cancellation, out-of-memory and reaper tests between rounds, until
 # the time is up. ctest runs each stress program with one seed and a few settings; interleavings
-# that need a rarer seed, setting or timing show up here (a free that started magpie's thread
-# inside glibc's lock of its stack cache hung one run in twenty minutes: docs/measurements.md,
-# session 26).
+# that need a rarer seed, setting or timing show up here.
 #
 #   tests/soak.sh [-m minutes] [-n rounds] [-s seed] [-t seconds] [-b build dir] [-o output dir] [-q]
 #
@@ -24,7 +22,7 @@ while getopts "m:n:s:t:b:o:q" opt; do
   case $opt in
     m) minutes=$OPTARG ;; n) rounds=$OPTARG ;; s) seed=$OPTARG ;; t) limit=$OPTARG ;;
     b) build=$(cd "$OPTARG" && pwd) ;; o) out=$OPTARG ;; q) quick=1 ;;
-    *) sed -n '2,18p' "$0"; exit 2 ;;
+    *) sed -n '2,16p' "$0"; exit 2 ;;
   esac
 done
 out=${out:-$build/soak}

@@ -6,7 +6,7 @@
  *   preload_reaper_free
  *
  * glibc frees a dead thread's TLS inside pthread_join while it holds the lock of its cache of
- * thread stacks, which pthread_create takes: a free there that started the reaper waited on
+ * thread stacks, which pthread_create takes: a free there that started the reaper would wait on
  * itself forever (src/front/caches.c theory 3). The program holds 8 MiB of small blocks (below
  * the thread's 32 MiB threshold), then one large block of 40 MiB (past it: a large block takes
  * no magazine's slow path), and frees the small blocks, whose slow paths tick the reap: no

@@ -288,8 +288,9 @@ static void *kernel_rseq_probe(void *arg) {
     uint32_t flags, pad[3];
   } __attribute__((aligned(32))) area = {0, -1, 0, 0, {0}};
   bool *ok = arg;
-  *ok = syscall(SYS_rseq, &area, sizeof area, 0, 0x53053053) == 0;
-  if (*ok) (void)syscall(SYS_rseq, &area, sizeof area, 1 /* RSEQ_FLAG_UNREGISTER */, 0x53053053);
+  *ok = syscall(SYS_rseq, &area, sizeof area, 0, RSEQ_SIGNATURE) == 0;
+  if (*ok)
+    (void)syscall(SYS_rseq, &area, sizeof area, 1 /* RSEQ_FLAG_UNREGISTER */, RSEQ_SIGNATURE);
   return NULL;
 }
 
