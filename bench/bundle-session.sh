@@ -63,6 +63,11 @@ for a in $allocs; do [ "$a" = tcmalloc ] || no_tc="$no_tc $a"; done
   done < /proc/cpuinfo
   read -r kernel < /proc/sys/kernel/osrelease
   echo "kernel=$kernel"
+  # The kernel's huge-page policy decides which allocators' heaps get 2 MiB pages unasked.
+  for f in enabled defrag shmem_enabled; do
+    [ -r "/sys/kernel/mm/transparent_hugepage/$f" ] &&
+      read -r v < "/sys/kernel/mm/transparent_hugepage/$f" && echo "thp_$f=$v"
+  done
   echo "allocators=$allocs"
   if [ -e "$here/perf" ]; then
     "$ld" --library-path "$libs" "$here/perf" stat -e cycles:u,instructions:u -- \
