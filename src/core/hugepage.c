@@ -7,16 +7,18 @@
  *      that imports one huge page at a time (OS_HUGE bytes aligned to OS_HUGE; an object cache's
  *      bigger span: exactly that span) from the heap arena, which large blocks share. A huge
  *      page thus holds such slabs only, never a large block or metadata. Slabs of bigger objects
- *      come from the heap arena as large blocks do, on 4 KiB pages: a program may write only part
- *      of a big object (a buffer's head), and the pages it never touches cost nothing there,
- *      where on a huge page they would be resident; an object of a page or less has a byte on
- *      every page it spans, so its slab's carved part is all resident anyway. When the heap
+ *      come from the heap arena as large blocks do, which magpie never marks MADV_HUGEPAGE: a
+ *      program may write only part of a big object (a buffer's head), and the pages it never
+ *      touches cost nothing on 4 KiB pages, where on a huge page they would be resident (under
+ *      the kernel's THP mode always they are, as other allocators' large blocks are: theory 2);
+ *      an object of a page or less has a byte on every page it spans, so its slab's carved part
+ *      is all resident anyway. When the heap
  *      arena has no aligned huge page to give (the address space nearly used up), a slab takes a
  *      span of the heap arena instead (slab.c). The slab arena packs (vmem.c theory 9): a new
  *      slab goes into the fullest huge page it fits, and a huge page whose slabs are all gone
  *      returns whole to the heap arena at once, so huge pages are either dense or free. Each
  *      span's marker records its backing (HP_SMALL, HP_HUGE, HP_SUBRELEASED) and bytes in use.
- *   2. Backing, by the hugepages option. never: no madvise at all. always: each huge page is
+ *   2. Backing, by the hugepages option. never: no huge pages. always: each huge page is
  *      marked MADV_HUGEPAGE as it is imported, so that its first touch faults in one 2 MiB page.
  *      auto (the default): the same once the slab arena holds hugepages_min bytes, on kernels
  *      whose THP mode is madvise or always: a smaller heap's TLB misses cost little, and a marked
@@ -24,8 +26,11 @@
  *      are carved lazily). hugetlb: huge pages come from the kernel's reserved pool
  *      (MAP_HUGETLB) instead of the heap arena, each its own mapping (a plain one when the pool
  *      runs dry); with none reserved at start, auto, and a warning naming the option.
- *      A huge page given back to the heap arena is marked MADV_NOHUGEPAGE again (madvise mode),
- *      so that a large block placed there later is not faulted in 2 MiB at a time.
+ *      In either THP mode every huge page the slab arena imports is marked, MADV_NOHUGEPAGE
+ *      while huge pages are off (the kernel's mode always would fault it in whole unasked), and
+ *      one given back to the heap arena is marked MADV_NOHUGEPAGE. Large blocks and slabs of
+ *      bigger objects follow the kernel's mode, as other allocators' do, but with never, where
+ *      the heap arena marks what it maps MADV_NOHUGEPAGE too (hugepage_heap_mapped).
  *   3. Collapsing: once huge pages are on, the reaper thread - only it: MADV_COLLAPSE copies
  *      2 MiB and takes milliseconds - collapses up to HP_COLLAPSE_MAX dense huge pages per
  *      tick that are not on a huge page (faulted in before auto turned huge pages on, or
@@ -86,7 +91,7 @@ static bool hp_thp_usable(void) {
 }
 
 /* The slab arena's import (without its lock: vmem.c theory 10): a huge page from the heap
-   arena, marked MADV_HUGEPAGE once huge pages are on. */
+   arena, marked MADV_HUGEPAGE once huge pages are on and MADV_NOHUGEPAGE before (theory 2). */
 static void *hp_import(void *source, size_t size, size_t align, bool *clean, uint8_t *backing) {
   (void)source;
   if (hp.mode == OPT_HUGE_HUGETLB) {
@@ -102,7 +107,7 @@ static void *hp_import(void *source, size_t size, size_t align, bool *clean, uin
   bool on = __atomic_load_n(&hp.on, __ATOMIC_RELAXED);
   if (!on && hp.mode == OPT_HUGE_AUTO && hp_thp_usable() && imported >= opt.hugepages_min)
     __atomic_store_n(&hp.on, on = true, __ATOMIC_RELAXED);
-  if (on) os_advise_huge(p, size, true);
+  if (on || hp_thp_usable()) os_advise_huge(p, size, on);
   *backing = on ? HP_HUGE : HP_SMALL;
   return p;
 }
@@ -113,7 +118,7 @@ static void hp_release(void *source, void *addr, size_t size) {
     os_unmap(addr, size);
     return;
   }
-  if (__atomic_load_n(&hp.on, __ATOMIC_RELAXED) && hp.thp == OS_THP_MADVISE)
+  if (__atomic_load_n(&hp.on, __ATOMIC_RELAXED)) /* else it was marked so at its import */
     os_advise_huge(addr, size, false);
   __atomic_sub_fetch(&hp.imported, size, __ATOMIC_RELAXED);
   vmem_free(&heap_arena, addr, size);
@@ -156,6 +161,10 @@ bool hugepage_slab_hollow(const void *slab, ptrdiff_t bytes, hugepage_split_t *s
 
 void hugepage_split(const hugepage_split_t *split) {
   if (split->size) os_advise_huge(split->start, split->size, false);
+}
+
+void hugepage_heap_mapped(void *p, size_t size) {
+  if (hp.mode == OPT_HUGE_NEVER && hp_thp_usable()) os_advise_huge(p, size, false);
 }
 
 void hugepage_init(void) {

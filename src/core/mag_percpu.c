@@ -92,6 +92,7 @@ void mag_cpu_init(void) {
   if (!opt.percpu || n == 0 || !os_rseq_choose(opt.percpu == 2)) return;
   char *cpus = os_map(n * sizeof(mag_cpu_t)); /* zeroed, untouched until mag_cpu_setup */
   if (!cpus) return;
+  os_advise_huge(cpus, n * sizeof(mag_cpu_t), false); /* a page per CPU used, not 2 MiB at once */
   mag_consts.rseq_area = os_rseq_offset();
   mag_ncpus = n;
   mag_consts.cpu_fence = os_fence_rseq_register();

@@ -12,6 +12,7 @@ static uintptr_t *pagemap_leaf(uintptr_t addr) {
   size_t bytes = sizeof(uintptr_t) << PM_LEAF_BITS;
   uintptr_t *fresh = os_map(bytes);
   if (!fresh) return NULL;
+  os_advise_huge(fresh, bytes, false); /* touched sparsely: not 2 MiB at once (THP always) */
   if (__atomic_compare_exchange_n(slot, &leaf, fresh, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return fresh;
   os_unmap(fresh, bytes); /* another thread mapped this leaf first */

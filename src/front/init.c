@@ -52,6 +52,7 @@ static void *heap_import(void *source, size_t size, size_t align, bool *clean, u
   (void)backing;
   *clean = true;
   void *p = os_map_aligned(size, align);
+  if (p) hugepage_heap_mapped(p, size);
   if (p && memcheck_on) memcheck_heap_mapped(p, size);
   return p;
 }

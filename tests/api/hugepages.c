@@ -1,9 +1,14 @@
 /*
  * Huge pages for the heap (issue 14; src/core/hugepage.c), on the kernel's transparent huge pages.
  * One check per argument, each run under the MAGPIE_OPTIONS that tests/api/CMakeLists.txt sets:
- *   always      hugepages=always: a dense heap of small blocks lies >= 90% on huge pages.
- *   never       hugepages=never: the same heap maps no huge page (THP madvise mode only: under
- *               "always" the kernel gives huge pages without being asked).
+ *   always      hugepages=always: a dense heap of small blocks lies >= 90% on huge pages, its
+ *               mappings marked MADV_HUGEPAGE ("hg").
+ *   never       hugepages=never: the same heap maps no huge page, nor does a large block, in
+ *               either THP mode (under "always" the kernel faults in any aligned 2 MiB whole
+ *               unless told not to): their mappings are marked MADV_NOHUGEPAGE (VmFlags "nh").
+ *   small       hugepages=auto (the default), a heap below hugepages_min: no huge page either,
+ *               the small blocks' mappings marked "nh".
+ * A large block is never marked MADV_HUGEPAGE ("hg"); but with never, the kernel's mode decides.
  *   collapse    hugepages=auto,hugepages_min=16m: the huge pages faulted on 4 KiB pages before
  *               the heap reached 16 MiB are collapsed by the reaper thread (every 20 ms here;
  *               the test runs a thread first, as the reaper starts only in programs that have),
@@ -53,8 +58,9 @@ static size_t rollup_bytes(const char *field) {
   return kib << 10;
 }
 
-/* The VmFlags line of the mapping holding addr, from /proc/self/smaps. */
-static void vmflags_of(uintptr_t addr, char *out, size_t cap) {
+/* The line starting with field ("VmFlags:", "AnonHugePages:") of the mapping holding addr, from
+   /proc/self/smaps. */
+static void smaps_line_of(uintptr_t addr, const char *field, char *out, size_t cap) {
   char line[512];
   bool here = false;
   out[0] = '\0';
@@ -64,7 +70,7 @@ static void vmflags_of(uintptr_t addr, char *out, size_t cap) {
     unsigned long lo, hi;
     if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
       here = addr >= lo && addr < hi;
-    else if (here && strncmp(line, "VmFlags:", 8) == 0)
+    else if (here && strncmp(line, field, strlen(field)) == 0)
       snprintf(out, cap, "%s", line);
   }
   fclose(f);
@@ -102,12 +108,35 @@ static void fill_heap(void) {
   }
 }
 
+/* Whether the mapping holding p carries VmFlags flag ("nh", "hg"). */
+static bool mapped_with(const void *p, const char *flag) {
+  char flags[512], word[8];
+  smaps_line_of((uintptr_t)p, "VmFlags:", flags, sizeof flags);
+  snprintf(word, sizeof word, " %s", flag);
+  NOTE("%p: %s", p, flags);
+  return strstr(flags, word) != NULL;
+}
+
+/* A large block, written through: never marked MADV_HUGEPAGE, and marked MADV_NOHUGEPAGE
+   with hugepages=never (off); else the kernel's THP mode decides, as for other allocators. */
+static void check_large_block(bool off) {
+  size_t size = 8 * MiB;
+  char *big = malloc(size);
+  REQUIRE(big != NULL);
+  memset(big, 1, size);
+  CHECK(!mapped_with(big, "hg"));
+  if (off) CHECK(mapped_with(big, "nh"));
+  free(big);
+}
+
 static void check_always(void) {
   fill_heap();
   size_t huge = rollup_bytes("AnonHugePages:");
   NOTE("%zu MiB of a %zu MiB heap on huge pages", huge >> 20, (size_t)HEAP >> 20);
   CHECK(huge >= HEAP / 10 * 9);
   CHECK(stats_number("huge_bytes") >= HEAP / 10 * 9);
+  CHECK(mapped_with(blocks[BLOCKS / 2], "hg"));
+  check_large_block(false);
 }
 
 static void *no_work(void *arg) {
@@ -131,10 +160,27 @@ static void check_collapse(void) {
   CHECK(stats_number("collapses") > 0);
 }
 
+/* Only magpie's heap is asked about: under THP "always" the kernel also puts the test's own
+   array of blocks (.bss) on huge pages. */
 static void check_never(void) {
   fill_heap();
-  CHECK(rollup_bytes("AnonHugePages:") == 0);
   CHECK(stats_number("huge_bytes") == 0);
+  CHECK(mapped_with(blocks[BLOCKS / 2], "nh"));
+  check_large_block(true);
+}
+
+static void check_small(void) {
+  for (size_t i = 0; i < BLOCKS / 12; i++) { /* 8 MiB: below hugepages_min */
+    blocks[i] = malloc(BLOCK);
+    REQUIRE(blocks[i] != NULL);
+    memset(blocks[i], (int)(i & 0xff), BLOCK);
+  }
+  char huge[128]; /* the slabs' mapping; large blocks follow the kernel's mode (above) */
+  smaps_line_of((uintptr_t)blocks[BLOCKS / 24], "AnonHugePages:", huge, sizeof huge);
+  NOTE("%s", huge);
+  CHECK(strtoul(huge + strlen("AnonHugePages:"), NULL, 10) == 0);
+  CHECK(mapped_with(blocks[BLOCKS / 24], "nh"));
+  check_large_block(false);
 }
 
 static void check_subrelease(void) {
@@ -156,7 +202,7 @@ static void check_subrelease(void) {
   malloc_trim(0);
   size_t rss_after = rollup_bytes("Rss:");
   char flags[512];
-  vmflags_of(kept, flags, sizeof flags);
+  smaps_line_of(kept, "VmFlags:", flags, sizeof flags);
   NOTE("RSS %zu -> %zu MiB; kept block %#lx: %s", rss_before >> 20, rss_after >> 20,
        (unsigned long)kept, flags);
   CHECK(stats_number("subreleases") > 0);
@@ -207,7 +253,7 @@ int main(int argc, char **argv) {
   const char *what = argc > 1 ? argv[1] : "";
   char thp[128];
   read_line("/sys/kernel/mm/transparent_hugepage/enabled", thp, sizeof thp);
-  bool madvise = strstr(thp, "[madvise]") != NULL, usable = madvise || strstr(thp, "[always]");
+  bool usable = strstr(thp, "[madvise]") || strstr(thp, "[always]");
   if (strcmp(what, "hugetlb-child") == 0) {
     check_hugetlb_child();
     return api_end();
@@ -216,7 +262,7 @@ int main(int argc, char **argv) {
     check_hugetlb_fallback(argv[0]);
     return api_end();
   }
-  if (!usable || (strcmp(what, "never") == 0 && !madvise)) {
+  if (!usable) {
     printf("SKIPPED: hugepages %s: transparent huge pages are \"%s\" here\n", what,
            thp[0] ? strtok(thp, "\n") : "absent");
     return 77;
@@ -225,11 +271,13 @@ int main(int argc, char **argv) {
     check_always();
   else if (strcmp(what, "never") == 0)
     check_never();
+  else if (strcmp(what, "small") == 0)
+    check_small();
   else if (strcmp(what, "collapse") == 0)
     check_collapse();
   else if (strcmp(what, "subrelease") == 0)
     check_subrelease();
   else
-    REQUIRE(!"argument: always, never, collapse, subrelease or hugetlb");
+    REQUIRE(!"argument: always, never, small, collapse, subrelease or hugetlb");
   return api_end();
 }
