@@ -328,6 +328,13 @@ typedef struct vmem_spare {
   bool wake; /* threads wait for the import that ended: wake them */
 } vmem_spare_t;
 
+/* With the lock held, after an import (or a regrow): whether a thread waits for it. */
+static bool import_end(vmem_t *vm) {
+  bool waited = vm->importing == 2;
+  vm->importing = 0;
+  return waited;
+}
+
 /* For a VMEM_OWN request that no free segment fits, with no import under way: the largest
    wholly free span (of those a bounded search sees), remapped to size as an import maps one
    (`importing` set, the lock let go: theory 10) and listed again; NULL, the lock held
@@ -342,9 +349,8 @@ static vmem_seg_t *span_regrow(vmem_t *vm, size_t size, vmem_spare_t *spare) {
   if (!best) return NULL;
   free_remove(vm, best);
   vm->importing = 1;
-  spare->wake = true;
   bool grown = span_remap(vm, best, size);
-  vm->importing = 0;
+  spare->wake = import_end(vm);
   free_insert(vm, best);
   return grown ? best : NULL;
 }
@@ -368,14 +374,14 @@ static vmem_seg_t *vmem_import(vmem_t *vm, size_t size, size_t align, bool own,
   uint8_t backing = 0;
   void *mem = marker && seg ? vm->import(vm->source, span, span_align, &clean, &backing) : NULL;
   lock_acquire(&vm->lock);
-  vm->importing = 0;
+  bool waited = import_end(vm);
   lock_pending_end(&vm->unlocked, 1);
   vmem_seg_t *fit = vmem_find(vm, size, align);
   if (!mem || fit) { /* what was mapped (if anything) goes back */
-    *spare = (vmem_spare_t){mem, span, marker, seg, true};
+    *spare = (vmem_spare_t){mem, span, marker, seg, waited};
     return fit;
   }
-  *spare = (vmem_spare_t){NULL, 0, NULL, NULL, true};
+  *spare = (vmem_spare_t){NULL, 0, NULL, NULL, waited};
   marker->start = seg->start = (uintptr_t)mem;
   marker->size = seg->size = span;
   marker->type = VMEM_SPAN;
@@ -417,8 +423,9 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   for (;;) {
     s = vmem_find(vm, size, align);
     if (s || !vm->importing) break;
-    lock_release(&vm->lock); /* another thread imports: wait for it, then look again */
-    os_futex_wait(&vm->importing, 1);
+    vm->importing = 2; /* another thread imports: wait for it (it wakes us), then look again */
+    lock_release(&vm->lock);
+    os_futex_wait(&vm->importing, 2);
     lock_acquire(&vm->lock);
   }
   if (!s && own && align == q && vm->remap) s = span_regrow(vm, size, &spare);
