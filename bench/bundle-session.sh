@@ -3,7 +3,8 @@
 # device call should run, in one command that stays inside the call's 600 seconds and brings
 # everything back as one file. In order, each step given at most its share of SESSION_S:
 #   1. counters.txt: whether the kernel gives this user hardware counters (perf stat on a
-#      short run, where the bundle has perf), and the CPUs, model and kernel;
+#      short run, where the bundle has perf), and the CPUs, model, kernel and its transparent
+#      huge page settings;
 #   2. matrix.tgz: run.sh on WORKLOADS x ALLOCATORS (producer/consumer without tcmalloc,
 #      whose runs there take 20-100 times the others': bench/README.md);
 #   3. large.txt: bench_large's rows whose waits and rebuilds depend on the CPUs (wake, and trim
