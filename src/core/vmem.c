@@ -374,14 +374,14 @@ static vmem_seg_t *vmem_import(vmem_t *vm, size_t size, size_t align, bool own,
   uint8_t backing = 0;
   void *mem = marker && seg ? vm->import(vm->source, span, span_align, &clean, &backing) : NULL;
   lock_acquire(&vm->lock);
-  bool waited = import_end(vm);
+  bool wake = import_end(vm) || spare->wake; /* a failed regrow's waiters too */
   lock_pending_end(&vm->unlocked, 1);
   vmem_seg_t *fit = vmem_find(vm, size, align);
   if (!mem || fit) { /* what was mapped (if anything) goes back */
-    *spare = (vmem_spare_t){mem, span, marker, seg, waited};
+    *spare = (vmem_spare_t){mem, span, marker, seg, wake};
     return fit;
   }
-  *spare = (vmem_spare_t){NULL, 0, NULL, NULL, waited};
+  *spare = (vmem_spare_t){NULL, 0, NULL, NULL, wake};
   marker->start = seg->start = (uintptr_t)mem;
   marker->size = seg->size = span;
   marker->type = VMEM_SPAN;
