@@ -26,11 +26,13 @@
  *      are carved lazily). hugetlb: huge pages come from the kernel's reserved pool
  *      (MAP_HUGETLB) instead of the heap arena, each its own mapping (a plain one when the pool
  *      runs dry); with none reserved at start, auto, and a warning naming the option.
- *      In either THP mode every huge page the slab arena imports is marked, MADV_NOHUGEPAGE
- *      while huge pages are off (the kernel's mode always would fault it in whole unasked), and
- *      one given back to the heap arena is marked MADV_NOHUGEPAGE. Large blocks and slabs of
- *      bigger objects follow the kernel's mode, as other allocators' do, but with never, where
- *      the heap arena marks what it maps MADV_NOHUGEPAGE too (hugepage_heap_mapped).
+ *      In THP mode always, where the kernel faults any aligned 2 MiB in whole unasked, each
+ *      huge page the slab arena imports while huge pages are off is marked MADV_NOHUGEPAGE,
+ *      and with never the heap arena's mappings too (hugepage_heap_mapped); in mode madvise
+ *      nothing unmarked gets huge pages, and a mark would only split the heap's mappings, which
+ *      a big block's mremap cannot then move whole. A huge page given back to the heap arena
+ *      is marked MADV_NOHUGEPAGE. Large blocks and slabs of bigger objects follow the kernel's
+ *      mode (but with never), as other allocators' do.
  *   3. Collapsing: once huge pages are on, the reaper thread - only it: MADV_COLLAPSE copies
  *      2 MiB and takes milliseconds - collapses up to HP_COLLAPSE_MAX dense huge pages per
  *      tick that are not on a huge page (faulted in before auto turned huge pages on, or
@@ -91,7 +93,8 @@ static bool hp_thp_usable(void) {
 }
 
 /* The slab arena's import (without its lock: vmem.c theory 10): a huge page from the heap
-   arena, marked MADV_HUGEPAGE once huge pages are on and MADV_NOHUGEPAGE before (theory 2). */
+   arena, marked MADV_HUGEPAGE once huge pages are on and, in THP mode always, MADV_NOHUGEPAGE
+   before (theory 2). */
 static void *hp_import(void *source, size_t size, size_t align, bool *clean, uint8_t *backing) {
   (void)source;
   if (hp.mode == OPT_HUGE_HUGETLB) {
@@ -107,7 +110,7 @@ static void *hp_import(void *source, size_t size, size_t align, bool *clean, uin
   bool on = __atomic_load_n(&hp.on, __ATOMIC_RELAXED);
   if (!on && hp.mode == OPT_HUGE_AUTO && hp_thp_usable() && imported >= opt.hugepages_min)
     __atomic_store_n(&hp.on, on = true, __ATOMIC_RELAXED);
-  if (on || hp_thp_usable()) os_advise_huge(p, size, on);
+  if (on || hp.thp == OS_THP_ALWAYS) os_advise_huge(p, size, on);
   *backing = on ? HP_HUGE : HP_SMALL;
   return p;
 }
@@ -118,7 +121,7 @@ static void hp_release(void *source, void *addr, size_t size) {
     os_unmap(addr, size);
     return;
   }
-  if (__atomic_load_n(&hp.on, __ATOMIC_RELAXED)) /* else it was marked so at its import */
+  if (__atomic_load_n(&hp.on, __ATOMIC_RELAXED)) /* it may be marked MADV_HUGEPAGE */
     os_advise_huge(addr, size, false);
   __atomic_sub_fetch(&hp.imported, size, __ATOMIC_RELAXED);
   vmem_free(&heap_arena, addr, size);
@@ -164,7 +167,7 @@ void hugepage_split(const hugepage_split_t *split) {
 }
 
 void hugepage_heap_mapped(void *p, size_t size) {
-  if (hp.mode == OPT_HUGE_NEVER && hp_thp_usable()) os_advise_huge(p, size, false);
+  if (hp.mode == OPT_HUGE_NEVER && hp.thp == OS_THP_ALWAYS) os_advise_huge(p, size, false);
 }
 
 void hugepage_init(void) {

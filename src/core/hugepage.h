@@ -26,7 +26,8 @@ typedef struct hugepage_stats {
 } hugepage_stats_t;
 
 void hugepage_init(void); /* after the heap arena */
-/* A mapping the heap arena just made: with hugepages=never, kept off huge pages (theory 2). */
+/* A mapping the heap arena just made: with hugepages=never in THP mode always, kept off huge
+   pages (theory 2). */
 void hugepage_heap_mapped(void *p, size_t size);
 /* Takes the hugepages option as it is now (options are read again once environ exists), unless
    slabs were made under the one taken before. */
