@@ -12,12 +12,12 @@
  *      touches cost nothing on 4 KiB pages, where on a huge page they would be resident (under
  *      the kernel's THP mode always they are, as other allocators' large blocks are: theory 2);
  *      an object of a page or less has a byte on every page it spans, so its slab's carved part
- *      is all resident anyway. When the heap
- *      arena has no aligned huge page to give (the address space nearly used up), a slab takes a
- *      span of the heap arena instead (slab.c). The slab arena packs (vmem.c theory 9): a new
- *      slab goes into the fullest huge page it fits, and a huge page whose slabs are all gone
- *      returns whole to the heap arena at once, so huge pages are either dense or free. Each
- *      span's marker records its backing (HP_SMALL, HP_HUGE, HP_SUBRELEASED) and bytes in use.
+ *      is all resident anyway. When the heap arena has no aligned huge page to give (the
+ *      address space nearly used up), a slab takes a span of the heap arena instead (slab.c).
+ *      The slab arena packs (vmem.c theory 9): a new slab goes into the fullest huge page it
+ *      fits, and a huge page whose slabs are all gone returns whole to the heap arena at once,
+ *      so huge pages are either dense or free. Each span's marker records its backing
+ *      (HP_SMALL, HP_HUGE, HP_SUBRELEASED) and bytes in use.
  *   2. Backing, by the hugepages option. never: no huge pages. always: each huge page is
  *      marked MADV_HUGEPAGE as it is imported, so that its first touch faults in one 2 MiB page.
  *      auto (the default): the same once the slab arena holds hugepages_min bytes, on kernels

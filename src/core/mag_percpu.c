@@ -3,10 +3,10 @@
  * (mag_cpu_t, mag.h), for the threads started while threads outnumber the CPUs (the first
  * percpu_threads keep magazines of their own: docs/decisions/per-cpu-magazines.md). Only where
  * a thread has an rseq area, glibc's or, where glibc has none, magpie's own (os_fence.c theory
- * 2), and never with percpu=0 or under ThreadSanitizer. The records,
- * a page each, are mapped at start but set up only when the first thread takes them: a process
- * that never has that many threads touches none of them, however many CPUs the machine may
- * hold, and its reaps and forks do not walk them.
+ * 2), and never with percpu=0 or under ThreadSanitizer. The records, a page each, are mapped
+ * at start but set up only when the first thread takes them: a process that never has that
+ * many threads touches none of them, however many CPUs the machine may hold, and its reaps and
+ * forks do not walk them.
  *
  * Theory
  *   1. Pop and push are restartable sequences on the CPU's loaded magazine (rseq.h, mag_fast.h),

@@ -28,17 +28,7 @@
 extern const unsigned int __rseq_size __attribute__((weak));
 extern const ptrdiff_t __rseq_offset __attribute__((weak));
 
-/* The kernel's struct rseq (the original 32 bytes): cpu_id -1 until registered. */
-typedef struct os_rseq_area {
-  uint32_t cpu_id_start;
-  int32_t cpu_id;
-  uint64_t rseq_cs;
-  uint32_t flags;
-  uint32_t pad[3];
-} __attribute__((aligned(32))) os_rseq_area_t;
-
-static __thread os_rseq_area_t os_rseq_own
-    __attribute__((tls_model("initial-exec"))) = {0, -1, 0, 0, {0}};
+static __thread rseq_area_t os_rseq_own __attribute__((tls_model("initial-exec"))) = {.cpu_id = -1};
 static bool os_rseq_ours; /* set once, by os_rseq_choose */
 
 static bool os_rseq_glibc(void) {

@@ -30,6 +30,16 @@
 
 #define RSEQ_SIGNATURE 0x53053053 /* glibc's RSEQ_SIG on x86; magpie's own area's too */
 
+/* The kernel's struct rseq (its original 32 bytes), for an area registered by hand: cpu_id is
+   -1 until the kernel registers it (os_fence.c theory 2). */
+typedef struct rseq_area {
+  uint32_t cpu_id_start;
+  int32_t cpu_id;
+  uint64_t rseq_cs;
+  uint32_t flags;
+  uint32_t pad[3];
+} __attribute__((aligned(32))) rseq_area_t;
+
 #if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define RSEQ_SUPPORTED 1
 

@@ -281,12 +281,7 @@ extern const unsigned int __rseq_size __attribute__((weak));
    own, unregistered before it ends (so a skip of the own-area test means the kernel, not
    magpie, refused). */
 static void *kernel_rseq_probe(void *arg) {
-  static __thread struct {
-    uint32_t cpu_id_start;
-    int32_t cpu_id;
-    uint64_t rseq_cs;
-    uint32_t flags, pad[3];
-  } __attribute__((aligned(32))) area = {0, -1, 0, 0, {0}};
+  static __thread rseq_area_t area = {.cpu_id = -1};
   bool *ok = arg;
   *ok = syscall(SYS_rseq, &area, sizeof area, 0, RSEQ_SIGNATURE) == 0;
   if (*ok)
