@@ -49,7 +49,10 @@ PEERS = {
     "tcmalloc": (os.path.join(LIBDIR, "libtcmalloc_minimal.so.4"), "libtcmalloc-minimal4"),
     "mimalloc": (os.path.join(LIBDIR, "libmimalloc.so.2"), "libmimalloc2.0"),
 }
-ALL_ALLOCATORS = ["glibc", "magpie", "jemalloc", "tcmalloc", "mimalloc"]
+# mimalloc 3, which Debian does not package: under the build directory, from PyPI's
+# cmeel-mimalloc wheel (scripts/peer-mimalloc3.sh, run by bench-deps.sh).
+MIMALLOC3 = ("peers/mimalloc3/cmeel.prefix/lib/libmimalloc.so.3", "mimalloc 3.4.3, cmeel-mimalloc")
+ALL_ALLOCATORS = ["glibc", "magpie", "jemalloc", "tcmalloc", "mimalloc", "mimalloc3"]
 SUBJECT = "magpie"  # the allocator the ratio columns are about
 LIBC = os.path.join(LIBDIR, "libc.so.6")
 
@@ -288,7 +291,7 @@ def magpie_version(path):
     return ("git %s, built %s" % (rev or "?", stamp or "?")).strip()
 
 
-def resolve_allocators(names, magpie_path):
+def resolve_allocators(names, magpie_path, build):
     """Returns ([(name, preload path or None, version)], [(name, why skipped)])."""
     found, missing = [], []
     for name in names:
@@ -306,6 +309,12 @@ def resolve_allocators(names, magpie_path):
             else:
                 missing.append((name, "%s not found (apt-get install %s, or "
                                       "scripts/bench-deps.sh)" % (path, pkg)))
+        elif name == "mimalloc3":
+            path = os.path.abspath(os.path.join(build, MIMALLOC3[0]))
+            if os.path.exists(path):
+                found.append((name, path, MIMALLOC3[1]))
+            else:
+                missing.append((name, "%s not found (scripts/peer-mimalloc3.sh)" % path))
         else:
             missing.append((name, "unknown allocator (known: %s)" % ", ".join(ALL_ALLOCATORS)))
     return found, missing
@@ -1237,14 +1246,14 @@ def main():
     wanted = args.allocators.split(",") if args.allocators else (
         ["glibc", "magpie"] if mode == "demo" else list(ALL_ALLOCATORS))
     if mode == "callgrind" and not args.allocators:
-        wanted = ["glibc", "magpie", "jemalloc", "tcmalloc", "mimalloc"]
+        wanted = ["glibc", "magpie", "jemalloc", "tcmalloc", "mimalloc", "mimalloc3"]
 
     if not args.no_deps and not args.dry_run and mode != "demo":
         deps = os.path.join(ROOT, "scripts", "bench-deps.sh")
         if os.access(deps, os.X_OK):
             subprocess.run([deps])
     magpie_path = os.path.abspath(args.magpie or os.path.join(args.build, "libmagpie.so"))
-    allocs, missing = resolve_allocators(wanted, magpie_path)
+    allocs, missing = resolve_allocators(wanted, magpie_path, args.build)
     if args.magpie_version:
         allocs = [(n, p, args.magpie_version if n == "magpie" else v) for n, p, v in allocs]
     for name, why in missing:
