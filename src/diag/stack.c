@@ -4,7 +4,8 @@
  * Theory
  *   1. Stacks are captured inside malloc and free (debug mode's audit trail, sampled blocks)
  *      and inside error reports, so capturing allocates nothing and takes no magpie lock: the
- *      addresses go to the caller's array. libgcc's unwinder (_Unwind_Backtrace) reads
+ *      addresses go to the caller's array. libgcc's unwinder (_Unwind_Backtrace, linked into
+ *      the library rather than loaded as libgcc_s: docs/decisions/static-libgcc.md) reads
  *      .eh_frame, which every x86-64 object has, so the program needs no frame pointers.
  *   2. The leading frames inside magpie are left out, so the first frame is the caller's:
  *      magpie's address range is looked up once, with dl_iterate_phdr where magpie is a shared
