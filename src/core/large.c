@@ -28,7 +28,9 @@
 #include <errno.h>
 #include <string.h>
 
-#define LARGE_MAX ((SIZE_MAX >> 1) - ((size_t)1 << 31)) /* bigger can never be mapped */
+/* Bigger can never be mapped (os.h), so it fails without a system call; the margin keeps a
+   request with its page rounding and its alignment's slack inside the address space. */
+#define LARGE_MAX (((size_t)1 << OS_ADDR_BITS) - ((size_t)1 << 31))
 
 static size_t large_live;      /* bytes in large blocks (atomic) */
 static size_t large_blocks;    /* large blocks live (atomic) */

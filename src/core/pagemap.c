@@ -36,7 +36,7 @@ static void pagemap_hot_claim(uintptr_t root, uintptr_t *leaf) {
 bool pagemap_set(uintptr_t addr, size_t size, uintptr_t value) {
   uintptr_t tag = value & PM_TAG_MASK;
   for (uintptr_t a = addr; a < addr + size; a += OS_PAGE) {
-    if (a >> 47) return false;
+    if (a >> OS_ADDR_BITS) return false;
     uintptr_t *leaf = pagemap_leaf(a), root = pagemap_root_index(a), index = pagemap_leaf_index(a);
     if (!leaf) return false;
     __atomic_store_n(&leaf[index], value, __ATOMIC_RELAXED);

@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #define PM_ROOT_BITS 17
-#define PM_LEAF_BITS (47 - OS_PAGE_SHIFT - PM_ROOT_BITS)
+#define PM_LEAF_BITS (OS_ADDR_BITS - OS_PAGE_SHIFT - PM_ROOT_BITS)
 #define PM_TAG_MASK ((uintptr_t)127)
 #define PM_TAG_PROFILED ((uintptr_t)124)
 #define PM_TAG_SAMPLE ((uintptr_t)125)
@@ -56,7 +56,7 @@ extern MAGPIE_HIDDEN pagemap_hot_t pagemap_hot;
 /* Where addr's entry is: its leaf's index in the root (beyond the root: above the 47-bit
    space), its page's index in the leaf. */
 static MP_INLINE uintptr_t pagemap_root_index(uintptr_t addr) {
-  return addr >> (47 - PM_ROOT_BITS);
+  return addr >> (OS_ADDR_BITS - PM_ROOT_BITS);
 }
 static MP_INLINE uintptr_t pagemap_leaf_index(uintptr_t addr) {
   return (addr >> OS_PAGE_SHIFT) & (((uintptr_t)1 << PM_LEAF_BITS) - 1);

@@ -23,6 +23,10 @@
 #define OS_PAGE_SHIFT 12 /* magpie's page; os_init() checks the kernel agrees */
 #define OS_PAGE ((size_t)1 << OS_PAGE_SHIFT)
 #define OS_LINE ((size_t)64) /* the cache line of the machines magpie supports */
+/* Every mapping the kernel makes without an address hint lies below 2^OS_ADDR_BITS (x86-64's
+   four-level tables; with five it goes higher only for a hint above that, and magpie gives
+   none), so no block can be as big. */
+#define OS_ADDR_BITS 47
 
 void os_init(void);
 /* An error magpie cannot go on from, below where reports can be written (diag/report.h):

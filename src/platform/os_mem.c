@@ -72,7 +72,7 @@ void *os_map_metadata(size_t size) {
 }
 
 void os_show_metadata(void) {
-  if (os_hiding) vg_unhide((void *)OS_PAGE, ((uintptr_t)1 << 47) - OS_PAGE);
+  if (os_hiding) vg_unhide((void *)OS_PAGE, ((uintptr_t)1 << OS_ADDR_BITS) - OS_PAGE);
 }
 
 void *os_map_aligned(size_t size, size_t align) {

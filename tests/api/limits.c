@@ -2,12 +2,26 @@
  * Impossible sizes: every allocation function fails with NULL and errno ENOMEM (posix_memalign:
  * the return value) for sizes no object can have, including sizes whose rounding up to a size
  * class, a page or an alignment would wrap around; realloc and reallocarray leave the old block
- * valid and intact when they fail.
+ * valid and intact when they fail. Sizes that no address space has room for (2^47 bytes and up
+ * on x86-64) fail before any system call: a seccomp filter makes an mmap or mremap that big
+ * raise SIGSYS, which fails the test.
  */
 #include "check.h"
 
 #include <errno.h>
 #include <malloc.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <string.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#endif
 
 #define KEEP_SIZE 1000 /* the block that failed reallocs must leave intact */
 
@@ -184,6 +198,79 @@ static void test_aligned(void) {
   }
 }
 
+#if defined(__x86_64__)
+#define ADDR_BITS 47 /* the user address space the kernel maps into without a hint */
+
+static void on_sigsys(int sig, siginfo_t *si, void *ctx) {
+  (void)sig, (void)ctx;
+  static const char msg[] = "FAIL: a system call of 2^47 bytes or more (SIGSYS) for a size no "
+                            "address space holds: it should fail at once\n";
+  (void)!write(2, msg, sizeof msg - 1);
+  (void)si;
+  _exit(1);
+}
+
+/* Kills the test (SIGSYS) at an mmap or mremap whose length is at least 2^ADDR_BITS: the
+   length's high word, args[1] for mmap and args[2] for mremap, at least 2^(ADDR_BITS - 32). */
+static bool forbid_huge_mappings(void) {
+  struct sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mmap, 0, 1),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1]) + 4),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mremap, 0, 1),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2]) + 4),
+      /* the accumulator: the length's high word for those two, the call's number otherwise
+         (below 2^15 too) */
+      BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 1u << (ADDR_BITS - 32), 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {sizeof filter / sizeof filter[0], filter};
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_sigsys;
+  sa.sa_flags = SA_SIGINFO;
+  if (sigaction(SIGSYS, &sa, NULL) != 0) return false;
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+}
+
+/* Sizes from 2^47 up, each through every function that takes a size. */
+static void test_beyond_address_space(void) {
+  if (!forbid_huge_mappings()) {
+    NOTE("  no seccomp filter (errno %d): the no-system-call part is not checked\n", errno);
+    CHECK(!"seccomp filter installed");
+    return;
+  }
+  static const size_t sizes[] = {(size_t)1 << ADDR_BITS, ((size_t)1 << ADDR_BITS) + 4096,
+                                 (size_t)1 << 50, (size_t)1 << 62};
+  unsigned char *keep = malloc(opaque_size(3 * MiB)); /* a large block, for realloc */
+  REQUIRE(keep != NULL);
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    size_t n = opaque_size(sizes[i]);
+    void *p;
+    errno = 0;
+    p = malloc(n);
+    CHECK(p == NULL && errno == ENOMEM);
+    errno = 0;
+    p = calloc(1, n);
+    CHECK(p == NULL && errno == ENOMEM);
+    errno = 0;
+    p = realloc(keep, n);
+    CHECK(p == NULL && errno == ENOMEM);
+    errno = 0;
+    p = aligned_alloc(2 * MiB, n);
+    CHECK(p == NULL && errno == ENOMEM);
+    if ((n & (n - 1)) == 0) /* an alignment that big */
+      CHECK(posix_memalign(&p, opaque_size(n), 64) == ENOMEM);
+  }
+  free(keep);
+}
+#endif
+
 int main(void) {
   api_begin("limits");
   test_malloc();
@@ -191,6 +278,9 @@ int main(void) {
   test_realloc();
   test_reallocarray();
   test_aligned();
+#if defined(__x86_64__)
+  test_beyond_address_space(); /* last: the filter stays */
+#endif
   /* Failures must leave the allocator working. */
   void *after = malloc(opaque_size(100));
   CHECK(after != NULL);
