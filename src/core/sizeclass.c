@@ -20,8 +20,9 @@
  *      sizes straddle the table's end mispredicts it (docs/decisions/size-class-table-32k.md).
  *   5. sc_sized is sc_lookup for C++ sized delete: each 16-byte step's class with that class's
  *      object-start test beside it, so the size alone leads to both in one line (32 KiB, again
- *      touched only where a program's sizes are). Its magics are zero, so that no address
- *      passes, until bring-up knows that every block is in its size's class
+ *      touched only where a program's sizes are). It is zero, so that no address passes, until
+ *      bring-up knows that every block is in its size's class, and stays so in a program
+ *      without the C++ runtime, whose 8 pages it then never touches
  *      (docs/decisions/cxx-sized-delete.md).
  */
 #include "sizeclass.h"
@@ -37,6 +38,7 @@ _Static_assert(SC_INFO_ENTRIES > SC_COUNT && SC_INFO_ENTRIES > PM_TAG_MASK,
                "every tag indexes sc_info");
 uint8_t sc_lookup[SC_LOOKUP_MAX / 16 + 1];
 sc_sized_t sc_sized[SC_LOOKUP_MAX / 16 + 1];
+static bool sc_sized_filled; /* its classes written: sc_sized_trust(true) ran */
 
 size_t sc_span_for(size_t size) {
   size_t span = SC_SPAN_MIN; /* the waste bound gives way at SC_SPAN_MAX, the count never */
@@ -62,13 +64,18 @@ void sc_init(void) {
     while (sc_info[k].size < i * 16)
       k++;
     sc_lookup[i] = (uint8_t)k;
-    sc_sized[i].class_ = k;
-    sc_sized[i].span_mask = sc_info[k].span_mask;
   }
 }
 
 void sc_sized_trust(bool trust) {
-  for (size_t i = 0; i <= SC_LOOKUP_MAX / 16; i++)
-    __atomic_store_n(&sc_sized[i].div_magic, trust ? sc_div_magic[sc_sized[i].class_] : 0,
-                     __ATOMIC_RELAXED);
+  if (!trust && !sc_sized_filled) return; /* all zero: nothing passes already */
+  for (size_t i = 0; i <= SC_LOOKUP_MAX / 16; i++) {
+    unsigned c = sc_lookup[i];
+    if (trust) {
+      sc_sized[i].class_ = c;
+      sc_sized[i].span_mask = sc_info[c].span_mask;
+    }
+    __atomic_store_n(&sc_sized[i].div_magic, trust ? sc_div_magic[c] : 0, __ATOMIC_RELAXED);
+  }
+  sc_sized_filled |= trust;
 }

@@ -29,8 +29,9 @@ extern MAGPIE_HIDDEN uint64_t sc_div_magic[SC_INFO_ENTRIES];
 extern MAGPIE_HIDDEN uint8_t sc_lookup[SC_LOOKUP_MAX / 16 + 1];
 
 /* A request size's class with the class's object-start test, indexed like sc_lookup: what a C++
-   sized delete needs in one 16-byte entry (front/fastpath.h). div_magic is 0 until
-   sc_sized_trust(true), and again after sc_sized_trust(false): then no address passes. */
+   sized delete needs in one 16-byte entry (front/fastpath.h). All zero until
+   sc_sized_trust(true), div_magic 0 again after sc_sized_trust(false): then no address
+   passes. */
 typedef struct __attribute__((aligned(16))) sc_sized {
   uint64_t div_magic;
   uint32_t span_mask;
@@ -40,7 +41,8 @@ extern MAGPIE_HIDDEN sc_sized_t sc_sized[SC_LOOKUP_MAX / 16 + 1];
 
 void sc_init(void);
 /* Lets sc_sized's tests pass (true: every block of a size up to SC_LOOKUP_MAX is in its size's
-   class), or fail from now on (false). Only div_magic changes, one atomic store an entry. */
+   class; the first time, at bring-up, also fills in the classes), or fail from now on (false:
+   only div_magic changes, one atomic store an entry). */
 void sc_sized_trust(bool trust);
 /* The slab span for objects of size bytes: a power of two holding at least 8 of them. */
 size_t sc_span_for(size_t size);

@@ -21,8 +21,9 @@
  * (docs/decisions/cxx-sized-delete.md): the size is the one the block was allocated with, so
  * the class is the one malloc took; the object-start and free-marker checks stay. Anything the
  * size cannot vouch for - a block over 32 KiB, a page-aligned one (the heap profiler's samples
- * are whole pages), any block while sampling or a checking mode is on (sc_sized's tests fail
- * then) - goes the page map's way, as free does.
+ * are whole pages), any block while sampling or a checking mode is on, or where the program
+ * started without the C++ runtime (sc_sized's tests fail then) - goes the page map's way, as
+ * free does.
  */
 #ifndef MAGPIE_FASTPATH_H
 #define MAGPIE_FASTPATH_H

@@ -81,6 +81,11 @@ static size_t heap_retain(void) {
    its size or is a whole page (a heap-profiler sample): then a sized free may take the class
    from the size (fastpath.h). Sampled guard blocks end at their page's end, debug mode's carry
    redzones, and memcheck and sanitizer modes check every free. */
+/* The C++ runtime's throw, a weak reference as in cxx.cc: set where the program loaded the
+   runtime, so that a C++ sized delete may come; without it sc_sized is never touched (8 pages).
+   A library opened later that brings the runtime gets its sized deletes through the page map. */
+void __cxa_throw(void *obj, void *type, void (*dtor)(void *)) __attribute__((weak));
+
 static bool sized_free_trusted(void) {
   return !debug_on && !memcheck_on && !mag_magazines_off && !opt.sample;
 }
@@ -114,7 +119,7 @@ void magpie_init(void) {
   hugepage_init();
   cache_init();
   mag_init();
-  if (sized_free_trusted()) sc_sized_trust(true);
+  if (sized_free_trusted() && __cxa_throw) sc_sized_trust(true);
   init_here = 0;
   __atomic_store_n(&init_state, INIT_DONE, __ATOMIC_RELEASE);
 }

@@ -14,7 +14,9 @@
  *                   back into use
  *   sized-double-delete
  *                   C++'s sized operator delete(p, 40) twice, p = operator new(40) (found with
- *                   dlsym: this program links no C++ runtime), after a warm-up of such pairs
+ *                   dlsym: this C program loads the C++ runtime, as a C++ program does, so
+ *                   that magpie trusts the sizes, but names no operator), after a warm-up of
+ *                   such pairs
  *   sized-delete-interior
  *                   operator delete(p + 8, 32), p = operator new(64)
  *   sized-delete-mismatch

@@ -34,10 +34,14 @@ int main(void) {
     UCHECK(c == 1 || sc_info[c - 1].size < s);
     if (s > 128) UCHECK((sc_info[c].size - s) * 8 < s); /* internal fragmentation < 12.5% */
   }
-  /* sc_sized: sc_lookup's class and its test, which pass nothing until trusted and after */
+  /* sc_sized: all zero until trusted (a distrust before changes nothing); then sc_lookup's
+     class and its test, which pass nothing again once distrusted */
   UCHECK(((uintptr_t)sc_sized & 15) == 0); /* fastpath.h rounds an address into it */
-  for (int trust = 0; trust <= 2; trust++) {
-    if (trust) sc_sized_trust(trust == 1);
+  sc_sized_trust(false);
+  for (size_t i = 0; i <= SC_LOOKUP_MAX / 16; i++)
+    UCHECK(sc_sized[i].class_ == 0 && sc_sized[i].span_mask == 0 && sc_sized[i].div_magic == 0);
+  for (int trust = 1; trust <= 2; trust++) {
+    sc_sized_trust(trust == 1);
     for (size_t i = 0; i <= SC_LOOKUP_MAX / 16; i++) {
       unsigned c = sc_sized[i].class_;
       UCHECK(c == sc_lookup[i] && sc_sized[i].span_mask == sc_info[c].span_mask);
