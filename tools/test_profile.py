@@ -26,7 +26,7 @@ PROBE = sys.argv[2]
 OUT = tempfile.mkdtemp(prefix="magpie-profile-test.")
 atexit.register(shutil.rmtree, OUT, True)
 RATE = {"MAGPIE_OPTIONS": "profile_rate=4k"}
-LEAK, KEEP, CHURN = 20000 * 256, 20000 * 768, 20000 * 1024
+LEAK, KEEP, CHURN, LEFT, RIGHT = 20000 * 256, 20000 * 768, 20000 * 1024, 10000 * 512, 10000 * 640
 
 
 def folded(path):
@@ -76,6 +76,9 @@ def test_folded():
     near(allocated.get("keep_here", 0), KEEP, "allocated keep_here")
     ratio = live["keep_here"] / live["leak_here"]
     check(2.4 <= ratio <= 3.6, "keep_here holds 3 times leak_here's bytes: %.2f" % ratio)
+    # two sites taking turns at one depth: each its own stack (the remembered chains, stack.c)
+    near(allocated.get("left_here", 0), LEFT, "allocated left_here")
+    near(allocated.get("right_here", 0), RIGHT, "allocated right_here")
 
 
 def test_pprof():

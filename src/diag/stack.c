@@ -27,7 +27,9 @@
  *      report_capture's own CFA (frame 1's) and return address: the next capture from the same
  *      place re-reads the return address at each remembered CFA from frame 1 on (frame 0's is
  *      report_capture's call of the unwinder, gone by then), and if every one is the
- *      remembered address, the stack is that chain. Only words of the calling thread's own
+ *      remembered address, the stack is that chain. A place keeps a few chains (ways): a
+ *      program calls malloc from many sites at the same depth, and with one chain a place, two
+ *      sites taking turns unwound at every capture. Only words of the calling thread's own
  *      stack, above the capturing frame, are read; anything else unwinds. The stack's top is
  *      glibc's thread pointer for a thread it started (its TCB and static TLS sit at the top of
  *      the thread's stack block, so everything from the capturing frame up to it is mapped),
@@ -69,7 +71,8 @@ static _Unwind_Reason_Code trace_step(struct _Unwind_Context *ctx, void *arg) {
 /* ---- remembered chains (theory 4) ---- */
 
 #if defined(__x86_64__)
-#define CHAIN_SLOTS 32 /* a power of two */
+#define CHAIN_SETS 16 /* places (capturing frames) remembered at once; a power of two */
+#define CHAIN_WAYS 4  /* chains remembered a place, replaced in turn */
 
 typedef struct chain {
   int busy;          /* claimed by a capture (atomic exchange) */
@@ -83,7 +86,8 @@ typedef struct chain {
    its stack's top: a default thread stack (8 MiB) and twice over. */
 #define STACK_TP_WINDOW ((uintptr_t)16 << 20)
 
-static chain_t chains[CHAIN_SLOTS];
+static chain_t chains[CHAIN_SETS][CHAIN_WAYS];
+static unsigned chain_turn[CHAIN_SETS];       /* the way an unwound chain replaces next (atomic) */
 static __thread uintptr_t stack_lo, stack_hi; /* known to be the calling thread's stack */
 
 /* Sets stack_lo..stack_hi to a range of the calling thread's stack that holds cfa, a frame of
@@ -99,8 +103,11 @@ static void stack_bounds(uintptr_t cfa) {
   stack_lo = lo, stack_hi = hi;
 }
 
-static chain_t *chain_claim(uintptr_t cfa, uintptr_t ret) {
-  chain_t *c = &chains[((cfa >> 4) ^ (ret * 0x9e3779b97f4a7c15ull >> 40)) & (CHAIN_SLOTS - 1)];
+static unsigned chain_set(uintptr_t cfa, uintptr_t ret) {
+  return ((cfa >> 4) ^ (ret * 0x9e3779b97f4a7c15ull >> 40)) & (CHAIN_SETS - 1);
+}
+
+static chain_t *chain_claim(chain_t *c) {
   return __atomic_exchange_n(&c->busy, 1, __ATOMIC_ACQUIRE) ? NULL : c;
 }
 
@@ -164,21 +171,27 @@ int report_capture(uintptr_t *ips, int max) {
   self_range();
 #if defined(__x86_64__)
   uintptr_t here = (uintptr_t)__builtin_dwarf_cfa(), ret = (uintptr_t)__builtin_return_address(0);
-  chain_t *c = chain_claim(here, ret);
-  if (c && chain_holds(c, here, ret, t.max)) {
-    t.n = c->n;
-    memcpy(raw, c->ip, (size_t)t.n * sizeof raw[0]);
+  unsigned set = chain_set(here, ret);
+  for (int way = 0; way < CHAIN_WAYS && t.n == 0; way++) {
+    chain_t *c = chain_claim(&chains[set][way]);
+    if (!c) continue;
+    if (chain_holds(c, here, ret, t.max)) {
+      t.n = c->n;
+      memcpy(raw, c->ip, (size_t)t.n * sizeof raw[0]);
+    }
     chain_release(c);
-    c = NULL;
-  } else {
+  }
+  if (t.n == 0) {
     _Unwind_Backtrace(trace_step, &t);
-    if (c && t.n > 1 && cfa[1] == here) {
+    unsigned way = __atomic_fetch_add(&chain_turn[set], 1, __ATOMIC_RELAXED) % CHAIN_WAYS;
+    chain_t *c = t.n > 1 && cfa[1] == here ? chain_claim(&chains[set][way]) : NULL;
+    if (c) {
       c->key_cfa = here, c->key_ret = ret, c->max = t.max, c->n = t.n;
       memcpy(c->ip, raw, (size_t)t.n * sizeof raw[0]);
       memcpy(c->cfa, cfa, (size_t)t.n * sizeof cfa[0]);
+      chain_release(c);
     }
   }
-  if (c) chain_release(c);
 #else
   _Unwind_Backtrace(trace_step, &t);
 #endif
