@@ -27,7 +27,10 @@
  *      first time (mag_fill_start) and twice as many each time after, up to the depot's size;
  *      a first magazine holds only that many rounds and is traded for a full-size one once
  *      outgrown. The first refill takes never-used objects where the slab has them (slab.c),
- *      so the run shares no line with other threads' blocks.
+ *      so the run shares no line with other threads' blocks. A thread's refill is handed out
+ *      lowest address first, as a program that writes what it allocates in turn then writes
+ *      forwards, the direction processors prefetch (a CPU's is dealt out a line at a time
+ *      instead: mag_percpu.c theory 3; docs/decisions/refill-ascending.md).
  *   6. Passive false sharing (Hoard's cache-scratch): a block freed by a thread (on a CPU)
  *      holding no magazine of its class was allocated elsewhere; kept, it would be the next
  *      block handed out here. So it goes back to its slab, and the pair gets an empty magazine
@@ -249,6 +252,16 @@ static uint32_t mag_fill_start(const cache_t *cp, bool cpu) {
   return cpu && cp->size < OS_LINE ? MAG_SPREAD_RUNS * run : run;
 }
 
+/* Reverses rounds[0..n), which the slab layer fills lowest address first, so that pops, from
+   the top, hand the run out lowest address first (theory 5). */
+static void mag_rounds_reverse(void **rounds, uint32_t n) {
+  for (uint32_t i = 0, j = n; i + 1 < j; i++, j--) {
+    void *x = rounds[i];
+    rounds[i] = rounds[j - 1];
+    rounds[j - 1] = x;
+  }
+}
+
 /* Fills the empty magazine p from the slab layer (slow start), or a new one for the sentinel
    or a full-size one for an outgrown one; returns the magazine now in p's place, which holds
    rounds unless memory ran out. A CPU's (cpu) starts bigger for blocks smaller than a line,
@@ -270,7 +283,10 @@ mag_t *mag_slab_fill(cache_t *cp, mag_t *p, bool cpu) {
   uint32_t fill = p->fill ? p->fill : mag_fill_start(cp, cpu);
   fill = fill < p->cap ? fill : p->cap;
   p->n = slab_alloc(cp, p->rounds, fill, first_fill);
-  if (cpu) mag_cpu_spread_lines(p->rounds, p->n);
+  if (cpu)
+    mag_cpu_spread_lines(p->rounds, p->n);
+  else
+    mag_rounds_reverse(p->rounds, p->n);
   if (p->n) p->fill = 2 * fill; /* slow start: a thread that keeps missing gets more */
   mag_held_add((ptrdiff_t)(p->n * cp->size));
   return p;

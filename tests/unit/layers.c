@@ -867,6 +867,9 @@ int main(int argc, char **argv) {
         UCHECK(!passive ||
                (a >> 6 != (uintptr_t)kept[0] >> 6 && b >> 6 != (uintptr_t)kept[0] >> 6));
       }
+    for (int i = 0; i < 2 && !passive; i++) /* a refill is handed out lowest address first */
+      for (int k = 0; k + 1 < LINE_RUN; k++)
+        UCHECK((uintptr_t)line_first[i][k] < (uintptr_t)line_first[i][k + 1]);
     for (int i = 0; i < 2 && passive; i++)
       magpie_cache_free(line_cache, kept[i]);
     line_given[0] = line_given[1] = NULL;
