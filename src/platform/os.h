@@ -25,8 +25,12 @@
 #define OS_LINE ((size_t)64) /* the cache line of the machines magpie supports */
 /* Every mapping the kernel makes without an address hint lies below 2^OS_ADDR_BITS (x86-64's
    four-level tables; with five it goes higher only for a hint above that, and magpie gives
-   none), so no block can be as big. */
+   none), so no block can be as big. Elsewhere (arm64 maps up to 2^48) the page map would miss
+   the heap: a build for another machine stops here rather than fail at run time. */
 #define OS_ADDR_BITS 47
+#if !defined(__x86_64__)
+#error "magpie runs on x86-64 only: its page map covers the 47-bit user address space"
+#endif
 
 void os_init(void);
 /* An error magpie cannot go on from, below where reports can be written (diag/report.h):
