@@ -36,6 +36,7 @@ import threading
 import time
 
 import rss_svg  # bench/: RSS over time as an SVG
+import scaling  # bench/: the many-core matrix (--scaling), and where the mimalloc 3 peer lies
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH)
@@ -49,9 +50,6 @@ PEERS = {
     "tcmalloc": (os.path.join(LIBDIR, "libtcmalloc_minimal.so.4"), "libtcmalloc-minimal4"),
     "mimalloc": (os.path.join(LIBDIR, "libmimalloc.so.2"), "libmimalloc2.0"),
 }
-# mimalloc 3, which Debian does not package: under the build directory, from PyPI's
-# cmeel-mimalloc wheel (scripts/peer-mimalloc3.sh, run by bench-deps.sh).
-MIMALLOC3 = ("peers/mimalloc3/cmeel.prefix/lib/libmimalloc.so.3", "mimalloc 3.4.3, cmeel-mimalloc")
 ALL_ALLOCATORS = ["glibc", "magpie", "jemalloc", "tcmalloc", "mimalloc", "mimalloc3"]
 SUBJECT = "magpie"  # the allocator the ratio columns are about
 LIBC = os.path.join(LIBDIR, "libc.so.6")
@@ -309,10 +307,11 @@ def resolve_allocators(names, magpie_path, build):
             else:
                 missing.append((name, "%s not found (apt-get install %s, or "
                                       "scripts/bench-deps.sh)" % (path, pkg)))
-        elif name == "mimalloc3":
-            path = os.path.abspath(os.path.join(build, MIMALLOC3[0]))
+        elif name == "mimalloc3":  # not packaged by Debian: under the build directory
+            path = os.path.abspath(scaling.mimalloc3_path(build))
             if os.path.exists(path):
-                found.append((name, path, MIMALLOC3[1]))
+                version = "mimalloc %s, cmeel-mimalloc" % scaling.MIMALLOC3_VERSION
+                found.append((name, path, version))
             else:
                 missing.append((name, "%s not found (scripts/peer-mimalloc3.sh)" % path))
         else:
@@ -1222,7 +1221,6 @@ def main():
     ap.add_argument("--dry-run", action="store_true", help="print the plan; run nothing")
     args = ap.parse_args()
     if args.mode == "scaling":  # the many-core matrix has a module of its own
-        import scaling
         return scaling.main_from_run(args)
     mode = args.mode or "quick"
     if args.out is None:
