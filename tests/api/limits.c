@@ -202,11 +202,10 @@ static void test_aligned(void) {
 #define ADDR_BITS 47 /* the user address space the kernel maps into without a hint */
 
 static void on_sigsys(int sig, siginfo_t *si, void *ctx) {
-  (void)sig, (void)ctx;
+  (void)sig, (void)si, (void)ctx;
   static const char msg[] = "FAIL: a system call of 2^47 bytes or more (SIGSYS) for a size no "
                             "address space holds: it should fail at once\n";
   (void)!write(2, msg, sizeof msg - 1);
-  (void)si;
   _exit(1);
 }
 
@@ -218,12 +217,11 @@ static bool forbid_huge_mappings(void) {
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mmap, 0, 1),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mmap, 0, 2),
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1]) + 4),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mremap, 0, 1),
+      BPF_STMT(BPF_JMP | BPF_JA, 2), /* to the length's test */
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mremap, 0, 3),
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2]) + 4),
-      /* the accumulator: the length's high word for those two, the call's number otherwise
-         (below 2^15 too) */
       BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 1u << (ADDR_BITS - 32), 0, 1),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
