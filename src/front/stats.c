@@ -147,7 +147,10 @@ static void snap_cache(cache_t *cp, uint64_t kind, uint64_t index, uint64_t allo
     row->depot_exchanges = d.exchanges;
     row->mag_rounds = d.mag_rounds;
     row->cached_depot = d.rounds;
-    row->cached_mags = out > live + d.rounds && kind == 0 ? out - live - d.rounds : 0;
+    /* what is out of the slabs and neither live nor in the depot is in magazines; debug mode
+       takes malloc's chunks straight from the slabs, and its live and quarantined chunks are
+       out of them but counted as no class's */
+    row->cached_mags = out > live + d.rounds && kind == 0 && !debug_on ? out - live - d.rounds : 0;
     row->depot_full_mags = d.full_mags;
     row->depot_empty_mags = d.empty_mags;
     row->slabs = slabs;
