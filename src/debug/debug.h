@@ -40,7 +40,11 @@ void debug_at_exit(void);      /* leak report when asked for */
 void debug_fork_prepare(void); /* fork.c's handlers, in its lock order */
 void debug_fork_parent(void);
 void debug_fork_child(void);
-/* Blocks served by debug mode (its blocks bypass the per-thread counters), for statistics. */
-void debug_totals(uint64_t *allocs, uint64_t *frees, uint64_t *live_bytes);
+/* Blocks served by debug mode (its blocks bypass the per-thread counters and the magazines'
+   count of live bytes), for statistics: bytes as the program asked for them. */
+typedef struct debug_figures {
+  uint64_t allocs, frees, live_bytes, peak_live_bytes, requested;
+} debug_figures_t;
+void debug_totals(debug_figures_t *t);
 
 #endif

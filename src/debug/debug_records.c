@@ -35,8 +35,8 @@ size_t debug_live;
 size_t debug_record_size;
 
 /* ---- state under debug_lock ---- */
-static uint64_t debug_allocs, debug_frees, debug_live_bytes; /* statistics */
-static char *pool_next, *pool_end;                           /* the pool mapping's unused part */
+static debug_figures_t debug_counts;   /* statistics */
+static char *pool_next, *pool_end;     /* the pool mapping's unused part */
 static block_record_t *pool_free_list; /* freed records, linked through hash_next */
 static size_t debug_records;           /* records in use, any state */
 static block_record_t *quarantine_oldest, *quarantine_newest;
@@ -49,11 +49,9 @@ void records_init(void) {
       (sizeof(block_record_t) + 2 * debug_flags.depth * sizeof(uintptr_t) + 15) & ~(size_t)15;
 }
 
-void debug_totals(uint64_t *allocs, uint64_t *frees, uint64_t *live_bytes) {
+void debug_totals(debug_figures_t *t) {
   lock_acquire(&debug_lock);
-  *allocs = debug_allocs;
-  *frees = debug_frees;
-  *live_bytes = debug_live_bytes;
+  *t = debug_counts;
   lock_release(&debug_lock);
 }
 
@@ -213,14 +211,17 @@ void record_insert(block_record_t *r) {
   r->hash_next = debug_hash[h];
   debug_hash[h] = r;
   debug_live++;
-  debug_allocs++;
-  debug_live_bytes += r->size;
+  debug_counts.allocs++;
+  debug_counts.live_bytes += r->size;
+  debug_counts.requested += r->size;
+  if (debug_counts.live_bytes > debug_counts.peak_live_bytes)
+    debug_counts.peak_live_bytes = debug_counts.live_bytes;
 }
 
 void record_retire(block_record_t *r, chunk_batch_t *b, pending_errors_t *es) {
   debug_live--;
-  debug_frees++;
-  debug_live_bytes -= r->size;
+  debug_counts.frees++;
+  debug_counts.live_bytes -= r->size;
   bool keep = (debug_flags.patterns || r->source == SRC_GUARD) &&
               quarantine_cost(r) <= debug_flags.quarantine;
   if (!keep) {

@@ -65,14 +65,14 @@ static void stats_fill(stats_summary_t *s, mag_totals_t *t) {
     s->frees += t->frees[c];
     if (t->allocs[c] > t->frees[c]) s->live_bytes += (t->allocs[c] - t->frees[c]) * sc_info[c].size;
   }
-  uint64_t allocs, frees, live;
+  debug_figures_t d = {0, 0, 0, 0, 0};
   if (debug_on) /* debug mode serves every block itself */
-    debug_totals(&allocs, &frees, &live);
+    debug_totals(&d);
   else /* sampled blocks bypass the threads' counters too */
-    sample_totals(&allocs, &frees, &live);
-  s->allocs += allocs;
-  s->frees += frees;
-  s->live_bytes += live;
+    sample_totals(&d.allocs, &d.frees, &d.live_bytes);
+  s->allocs += d.allocs;
+  s->frees += d.frees;
+  s->live_bytes += d.live_bytes;
   s->large_allocs = t->large_allocs;
   s->large_frees = t->large_frees;
   s->allocs += t->large_allocs;
@@ -85,8 +85,9 @@ static void stats_fill(stats_summary_t *s, mag_totals_t *t) {
   s->large_peak_blocks = peak_blocks;
   s->large_peak_bytes = peak_bytes;
   s->live_bytes += s->large_live_bytes;
-  s->bytes_requested = t->bytes_requested;
+  s->bytes_requested = t->bytes_requested + d.requested;
   s->peak_live_bytes = mag_held_peak();
+  if (s->peak_live_bytes < d.peak_live_bytes) s->peak_live_bytes = d.peak_live_bytes;
   if (s->peak_live_bytes < s->live_bytes) s->peak_live_bytes = s->live_bytes;
   s->mapped_bytes = os_mapped_bytes();
   s->peak_mapped_bytes = os_mapped_peak();

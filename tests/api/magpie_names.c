@@ -168,8 +168,16 @@ static char *read_all(FILE *fp, size_t *len) {
   return text;
 }
 
-static void test_stats_write(void) {
-  void *keep = magpie_malloc(opaque_size(12345));
+/* The number after "field": in json, or -1 if there is none. */
+static long long json_number(const char *json, const char *field) {
+  char key[64];
+  snprintf(key, sizeof key, "\"%s\":", field);
+  const char *at = strstr(json, key);
+  return at ? strtoll(at + strlen(key), NULL, 10) : -1;
+}
+
+/* magpie_stats_write's JSON, read back (the caller frees it). */
+static char *stats_json(void) {
   FILE *fp = tmpfile();
   REQUIRE(fp != NULL);
   int rc = magpie_stats_write(fileno(fp), MAGPIE_STATS_JSON);
@@ -177,6 +185,7 @@ static void test_stats_write(void) {
   REQUIRE(fseek(fp, 0, SEEK_END) == 0);
   size_t len = 0;
   char *json = read_all(fp, &len);
+  fclose(fp);
   const char *start = json;
   while (*start == ' ' || *start == '\n')
     start++;
@@ -185,14 +194,48 @@ static void test_stats_write(void) {
   CHECK(strstr(json, "\"magpie\"") != NULL);
   CHECK(strstr(json, "\"allocs\"") != NULL);
   CHECK(strchr(json, '}') != NULL);
-  free(json);
-  fclose(fp);
+  return json;
+}
 
-  fp = tmpfile();
+typedef struct {
+  long long live, peak, requested;
+} totals_t;
+
+static totals_t stats_totals(void) {
+  char *json = stats_json();
+  totals_t t = {json_number(json, "live_bytes"), json_number(json, "peak_live_bytes"),
+                json_number(json, "bytes_requested")};
+  free(json);
+  return t;
+}
+
+/* The JSON and text statistics, and the totals every mode counts (debug mode and sampling serve
+   blocks outside the threads' counters): two blocks are live and requested while held, and
+   the peak of live bytes remembers them once one is freed. */
+static void test_stats_write(void) {
+  size_t small = opaque_size(12345), big = opaque_size(100000);
+  totals_t before = stats_totals();
+  void *keep = magpie_malloc(small), *drop = magpie_malloc(big);
+  REQUIRE(keep != NULL && drop != NULL);
+  totals_t held = stats_totals();
+  magpie_free(drop);
+  totals_t after = stats_totals();
+  if (held.live < before.live + (long long)(small + big) ||
+      held.requested < before.requested + (long long)(small + big) || after.peak < held.live)
+    NOTE("  live, peak, requested: %lld %lld %lld before, %lld %lld %lld held, %lld %lld %lld "
+         "after\n",
+         before.live, before.peak, before.requested, held.live, held.peak, held.requested,
+         after.live, after.peak, after.requested);
+  CHECK(held.live >= before.live + (long long)(small + big));
+  CHECK(held.requested >= before.requested + (long long)(small + big));
+  CHECK(after.peak >= held.live);
+
+  FILE *fp = tmpfile();
   REQUIRE(fp != NULL);
-  rc = magpie_stats_write(fileno(fp), MAGPIE_STATS_TEXT);
+  int rc = magpie_stats_write(fileno(fp), MAGPIE_STATS_TEXT);
   CHECK(rc >= 0);
   REQUIRE(fseek(fp, 0, SEEK_END) == 0);
+  size_t len = 0;
   char *text = read_all(fp, &len);
   CHECK(len > 0);
   free(text);
