@@ -83,7 +83,7 @@
 #define VMEM_ALLOC 3
 #define VMEM_PURGING 4
 #define VMEM_SEARCH_MAX 16 /* segments examined by a bounded search */
-#define VMEM_JOBS 32       /* purges and releases taken out from under the lock at a time */
+#define VMEM_JOBS 32       /* purges and releases a reap takes out from under the lock at a time */
 
 /* Pages to give back outside the lock (theory 10): a free segment to purge (VMEM_PURGING
    meanwhile), or a span already taken out of the arena, to release to the parent (seg NULL);
@@ -95,10 +95,15 @@ typedef struct vmem_job {
   uintptr_t split_start;
   size_t split_size;
 } vmem_job_t;
+/* Jobs, in room for cap of them on the caller's stack: a free, resize or span's return settles
+   one segment, which needs room for its span's release at most; a reap takes a batch. Room for
+   a batch in every caller would take each thread that frees a span a stack page deeper, a page
+   that stays resident in every thread of a pool. */
 typedef struct vmem_jobs {
-  unsigned n;
-  vmem_job_t job[VMEM_JOBS];
+  unsigned n, cap;
+  vmem_job_t *job;
 } vmem_jobs_t;
+#define VMEM_JOBS_IN(room) ((vmem_jobs_t){0, sizeof(room) / sizeof((room)[0]), (room)})
 
 static meta_pool_t vmem_seg_pool = META_POOL(sizeof(vmem_seg_t));
 
@@ -494,7 +499,7 @@ static vmem_seg_t *coalesce(vmem_t *vm, vmem_seg_t *s) {
 static bool span_releasable(const vmem_t *vm, const vmem_seg_t *s, const vmem_jobs_t *jobs) {
   const vmem_seg_t *marker = s->aprev;
   return marker->type == VMEM_SPAN && marker->size == s->size && vm->release && !marker->busy &&
-         jobs->n < VMEM_JOBS;
+         jobs->n < jobs->cap;
 }
 
 /* Takes s's span out of the arena and leaves its release to the parent to a job (outside the
@@ -527,6 +532,20 @@ static void seg_free(vmem_t *vm, vmem_seg_t *s, vmem_jobs_t *jobs) {
   seg_settle(vm, s, jobs);
 }
 
+/* Purges the segments of jobs' purge jobs, after the splits their owner asked for (outside the
+   lock). Out of line: only a reap purges, and the list of ranges (a KiB) stays off the stack of
+   jobs_run's other callers. */
+__attribute__((noinline)) static void jobs_purge(vmem_t *vm, const vmem_jobs_t *jobs) {
+  os_purge_list_t list = {.batch = opt.purge_batch};
+  for (unsigned i = 0; i < jobs->n; i++) {
+    const vmem_job_t *j = &jobs->job[i];
+    if (!j->seg) continue;
+    if (j->split_size) vm->split(vm->source, (void *)j->split_start, j->split_size);
+    os_purge_list_add(&list, (void *)j->start, j->size);
+  }
+  os_purge_list_run(&list);
+}
+
 /* Does the jobs outside the lock (held on entry and on return), then frees the purged
    segments, which may release spans: those are done in the same way. */
 static void jobs_run(vmem_t *vm, vmem_jobs_t *jobs) {
@@ -535,25 +554,24 @@ static void jobs_run(vmem_t *vm, vmem_jobs_t *jobs) {
   while (jobs->n) {
     lock_release(&vm->lock);
     INJECT(INJECT_GIVE_BACK);
-    vmem_seg_t *purged[VMEM_JOBS];
-    unsigned n = 0;
-    os_purge_list_t list = {.batch = opt.purge_batch};
-    for (unsigned i = 0; i < jobs->n; i++) {
+    unsigned n = jobs->n, purges = 0;
+    for (unsigned i = 0; i < n; i++) {
       vmem_job_t *j = &jobs->job[i];
-      if (!j->seg) {
+      if (j->seg)
+        purges++;
+      else
         vm->release(vm->source, (void *)j->start, j->size);
-        continue;
-      }
-      if (j->split_size) vm->split(vm->source, (void *)j->split_start, j->split_size);
-      os_purge_list_add(&list, (void *)j->start, j->size);
-      purged[n++] = j->seg;
     }
-    os_purge_list_run(&list);
+    if (purges) jobs_purge(vm, jobs);
     jobs->n = 0;
     lock_acquire(&vm->lock);
+    /* Settling a segment adds one job at most (its span's release), at jobs->n <= i: job i is
+       read before anything is written over it. */
     for (unsigned i = 0; i < n; i++) {
-      purged[i]->type = VMEM_FREE;
-      seg_settle(vm, purged[i], jobs);
+      vmem_seg_t *s = jobs->job[i].seg;
+      if (!s) continue;
+      s->type = VMEM_FREE;
+      seg_settle(vm, s, jobs);
     }
   }
   lock_pending_end(&vm->unlocked, 1);
@@ -563,8 +581,8 @@ void vmem_free(vmem_t *vm, void *addr, size_t size) {
   size_t q = vm->quantum;
   size = (size + q - 1) & ~(q - 1);
   size_t n = size / q;
-  vmem_jobs_t jobs;
-  jobs.n = 0;
+  vmem_job_t room[1];
+  vmem_jobs_t jobs = VMEM_JOBS_IN(room);
   lock_acquire(&vm->lock);
   vmem_seg_t *s = hash_find(vm, (uintptr_t)addr);
   if (!s || s->size != size)
@@ -585,8 +603,8 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
   if (new_size == 0 || new_size > SIZE_MAX - q) return NULL;
   new_size = (new_size + q - 1) & ~(q - 1);
   if (new_size == old_size) return addr;
-  vmem_jobs_t jobs;
-  jobs.n = 0;
+  vmem_job_t room[1];
+  vmem_jobs_t jobs = VMEM_JOBS_IN(room);
   lock_acquire(&vm->lock);
   vmem_seg_t *s = hash_find(vm, (uintptr_t)addr);
   if (!s || s->size != old_size)
@@ -632,7 +650,7 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
 static size_t reap_take(vmem_t *vm, size_t keep_dirty, bool release_spans, vmem_jobs_t *jobs) {
   size_t given = 0;
   for (unsigned i = VMEM_LISTS; i-- > 0 && (vm->dirty > keep_dirty || release_spans);)
-    for (vmem_seg_t *s = vm->free_list[i], *next; s && jobs->n < VMEM_JOBS; s = next) {
+    for (vmem_seg_t *s = vm->free_list[i], *next; s && jobs->n < jobs->cap; s = next) {
       next = s->lnext;
       size_t size = s->size;
       if (release_spans && span_releasable(vm, s, jobs)) {
@@ -655,15 +673,15 @@ static size_t reap_take(vmem_t *vm, size_t keep_dirty, bool release_spans, vmem_
 
 size_t vmem_reap(vmem_t *vm, size_t keep_dirty, bool release_spans) {
   size_t given = 0;
-  vmem_jobs_t jobs;
-  jobs.n = 0;
+  vmem_job_t room[VMEM_JOBS];
+  vmem_jobs_t jobs = VMEM_JOBS_IN(room);
   lock_acquire(&vm->lock);
   for (size_t n = 1; n <= VMEM_QCACHE_MAX; n++)
     while (vm->qcache_n[n] > 0) {
       vmem_seg_t *s = hash_find(vm, (uintptr_t)vm->qcache[n][--vm->qcache_n[n]]);
       hash_remove(vm, s);
       seg_free(vm, s, &jobs);
-      if (jobs.n == VMEM_JOBS) jobs_run(vm, &jobs); /* so that every release finds room */
+      if (jobs.n == jobs.cap) jobs_run(vm, &jobs); /* so that every release finds room */
     }
   jobs_run(vm, &jobs);
   for (size_t taken = 1; taken;) { /* until a look finds nothing more to give back */
@@ -741,8 +759,8 @@ void vmem_span_done(vmem_t *vm, vmem_seg_t *span, uint8_t backing) {
   span->backing = backing;
   vmem_seg_t *first = span->anext;
   if (vm->pack && first->type == VMEM_FREE && whole_span(first)) {
-    vmem_jobs_t jobs;
-    jobs.n = 0;
+    vmem_job_t room[1];
+    vmem_jobs_t jobs = VMEM_JOBS_IN(room);
     free_remove(vm, first);
     if (!span_release(vm, first, &jobs)) free_insert(vm, first);
     jobs_run(vm, &jobs);
