@@ -542,7 +542,10 @@ static bool slab_give_big_pages(const cache_t *cp, void *const *objs, unsigned n
   size_t resident = __atomic_load_n(&cp->free_resident, __ATOMIC_RELAXED); /* an estimate */
   size_t out = __atomic_load_n(&cp->slab_objects_out, __ATOMIC_RELAXED) * cp->size;
   if (resident + n * cp->size <= SLAB_BIG_KEEP + (out >> SLAB_BIG_KEEP_SHIFT)) return false;
-  os_purge_list_t list = {.batch = opt.purge_batch};
+  /* room for a magazine of blocks of 16 KiB and up (cache.c: 256 KiB of objects at most); a
+     longer list runs in parts */
+  os_purge_range_t room[16];
+  os_purge_list_t list = OS_PURGE_LIST_IN(room, opt.purge_batch);
   for (unsigned i = 0; i < n; i++) { /* the page of its first word keeps the free marker */
     uintptr_t a = (uintptr_t)objs[i], from = (a & ~(uintptr_t)(OS_PAGE - 1)) + OS_PAGE;
     uintptr_t to = (a + cp->size) & ~(uintptr_t)(OS_PAGE - 1);
@@ -665,7 +668,8 @@ static unsigned slab_give_take(cache_t *cp, slab_give_t *give, slab_t *from, boo
    the huge pages they lie on. */
 static void slab_give_purge(const cache_t *cp, const slab_give_t *give, unsigned n) {
   size_t chunk = slab_chunk(cp);
-  os_purge_list_t list = {.batch = opt.purge_batch};
+  os_purge_range_t room[OS_PURGE_LIST];
+  os_purge_list_t list = OS_PURGE_LIST_IN(room, opt.purge_batch);
   for (unsigned k = 0; k < n; k++) {
     hugepage_split(&give[k].split);
     for (uint32_t i = 0, j; slab_chunk_run(give[k].chunks, &i, &j); i = j)

@@ -536,7 +536,8 @@ static void seg_free(vmem_t *vm, vmem_seg_t *s, vmem_jobs_t *jobs) {
    lock). Out of line: only a reap purges, and the list of ranges (a KiB) stays off the stack of
    jobs_run's other callers. */
 __attribute__((noinline)) static void jobs_purge(vmem_t *vm, const vmem_jobs_t *jobs) {
-  os_purge_list_t list = {.batch = opt.purge_batch};
+  os_purge_range_t room[VMEM_JOBS];
+  os_purge_list_t list = OS_PURGE_LIST_IN(room, opt.purge_batch);
   for (unsigned i = 0; i < jobs->n; i++) {
     const vmem_job_t *j = &jobs->job[i];
     if (!j->seg) continue;

@@ -53,15 +53,21 @@ void os_purge(void *p, size_t size); /* contents become zero, pages go back to t
    os_purge_list_run purges the listed ones and empties the list. Up to `batch` ranges go in one
    process_madvise call (Linux 6.16 on, the calling process: one TLB flush across the CPUs for
    all of them, where a madvise each interrupts every CPU the process runs on once a range);
-   batch 0 or 1, or a kernel (or a seccomp filter) that refuses the call: a madvise a range. */
-#define OS_PURGE_LIST 64
+   batch 0 or 1, or a kernel (or a seccomp filter) that refuses the call: a madvise a range.
+   The ranges' room is the caller's, sized to what it lists (OS_PURGE_LIST_IN): on the free
+   path a few ranges, in a reap a batch, whose room would take every thread that frees big
+   blocks a stack page deeper. */
+#define OS_PURGE_LIST 64 /* ranges of a reap's list: purge_batch's default and most */
+typedef struct os_purge_range {
+  void *start;
+  size_t size;
+} os_purge_range_t; /* laid out as struct iovec */
 typedef struct os_purge_list {
-  size_t n, batch;
-  struct {
-    void *start;
-    size_t size;
-  } range[OS_PURGE_LIST]; /* laid out as struct iovec */
+  size_t n, cap, batch;
+  os_purge_range_t *range;
 } os_purge_list_t;
+#define OS_PURGE_LIST_IN(room, batch_)                                                             \
+  ((os_purge_list_t){0, sizeof(room) / sizeof((room)[0]), (batch_), (room)})
 void os_purge_list_add(os_purge_list_t *list, void *p, size_t size);
 void os_purge_list_run(os_purge_list_t *list);
 /* Maps the range's pages now (their contents stay): 0, or the errno of MADV_POPULATE_WRITE

@@ -104,7 +104,7 @@ void os_purge(void *p, size_t size) {
 #define SYS_process_madvise 440 /* Linux 5.10 */
 #endif
 #define OS_PIDFD_SELF (-10000) /* PIDFD_SELF_THREAD (Linux 6.14): the caller's own process */
-_Static_assert(sizeof(((os_purge_list_t *)0)->range[0]) == sizeof(struct iovec) &&
+_Static_assert(sizeof(os_purge_range_t) == sizeof(struct iovec) &&
                    offsetof(struct iovec, iov_len) == sizeof(void *),
                "a listed range is an iovec");
 
@@ -132,7 +132,7 @@ void os_purge_list_run(os_purge_list_t *list) {
 }
 
 void os_purge_list_add(os_purge_list_t *list, void *p, size_t size) {
-  if (list->n == OS_PURGE_LIST) os_purge_list_run(list);
+  if (list->n == list->cap) os_purge_list_run(list);
   list->range[list->n].start = p;
   list->range[list->n++].size = size;
 }

@@ -318,12 +318,13 @@ static void remap_test(fake_parent_t *parent) {
 /* Lists every other page of a written mapping, more than a batch, in a purge list of batch
    ranges a call: the listed pages read zero afterwards, the others keep their bytes. */
 static void purge_list_check(size_t batch) {
-  enum { PAGES = 2 * (OS_PURGE_LIST + OS_PURGE_LIST / 2) + 1 };
+  enum { ROOM = OS_PURGE_LIST, PAGES = 2 * (ROOM + ROOM / 2) + 1 };
   unsigned char *m =
       mmap(NULL, PAGES * OS_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   UCHECK(m != MAP_FAILED);
   memset(m, 0xab, PAGES * OS_PAGE);
-  os_purge_list_t list = {.batch = batch};
+  os_purge_range_t room[ROOM];
+  os_purge_list_t list = OS_PURGE_LIST_IN(room, batch);
   for (size_t i = 1; i < PAGES; i += 2)
     os_purge_list_add(&list, m + i * OS_PAGE, OS_PAGE);
   os_purge_list_run(&list);
