@@ -60,9 +60,10 @@ def frames(obj):
 def main(objs):
     if not objs:
         sys.exit("usage: check-stack.py OBJECT...")
-    big = {}
+    big, count = {}, 0
     for obj in objs:
         for name, size in frames(obj):
+            count += 1
             if size > FRAME_MAX:
                 big[name] = max(size, big.get(name, 0))
     bad = sorted((size, name) for name, size in big.items() if name not in RARE)
@@ -76,7 +77,7 @@ def main(objs):
     if bad:
         sys.exit(1)
     print("check-stack: %d functions, every frame over %d bytes on a rare path (%d)"
-          % (sum(len(frames(o)) for o in objs), FRAME_MAX, len(big)))
+          % (count, FRAME_MAX, len(big)))
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ void sc_sized_trust(bool trust) {
   if (!trust && !sc_sized_filled) return; /* all zero: nothing passes already */
   for (size_t i = 0; i <= SC_LOOKUP_MAX / 16; i++) {
     unsigned c = sc_lookup[i];
-    if (trust) {
+    if (trust && !sc_sized_filled) { /* read by sized deletes once filled: written once */
       sc_sized[i].class_ = c;
       sc_sized[i].span_mask = sc_info[c].span_mask;
     }

@@ -533,7 +533,7 @@ static void seg_free(vmem_t *vm, vmem_seg_t *s, vmem_jobs_t *jobs) {
 }
 
 /* Purges the segments of jobs' purge jobs, after the splits their owner asked for (outside the
-   lock). Out of line: only a reap purges, and the list of ranges (a KiB) stays off the stack of
+   lock). Out of line: only a reap purges, and its list of ranges stays off the stack of
    jobs_run's other callers. */
 __attribute__((noinline)) static void jobs_purge(vmem_t *vm, const vmem_jobs_t *jobs) {
   os_purge_range_t room[VMEM_JOBS];

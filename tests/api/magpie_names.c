@@ -176,16 +176,22 @@ static long long json_number(const char *json, const char *field) {
   return at ? strtoll(at + strlen(key), NULL, 10) : -1;
 }
 
-/* magpie_stats_write's JSON, read back (the caller frees it). */
-static char *stats_json(void) {
+/* What magpie_stats_write writes in format, read back (the caller frees it). */
+static char *stats_read(int format, size_t *len) {
   FILE *fp = tmpfile();
   REQUIRE(fp != NULL);
-  int rc = magpie_stats_write(fileno(fp), MAGPIE_STATS_JSON);
+  int rc = magpie_stats_write(fileno(fp), format);
   CHECK(rc >= 0);
   REQUIRE(fseek(fp, 0, SEEK_END) == 0);
-  size_t len = 0;
-  char *json = read_all(fp, &len);
+  char *text = read_all(fp, len);
   fclose(fp);
+  return text;
+}
+
+/* magpie_stats_write's JSON, read back (the caller frees it). */
+static char *stats_json(void) {
+  size_t len;
+  char *json = stats_read(MAGPIE_STATS_JSON, &len);
   const char *start = json;
   while (*start == ' ' || *start == '\n')
     start++;
@@ -230,16 +236,10 @@ static void test_stats_write(void) {
   CHECK(held.requested >= before.requested + (long long)(small + big));
   CHECK(after.peak >= held.live);
 
-  FILE *fp = tmpfile();
-  REQUIRE(fp != NULL);
-  int rc = magpie_stats_write(fileno(fp), MAGPIE_STATS_TEXT);
-  CHECK(rc >= 0);
-  REQUIRE(fseek(fp, 0, SEEK_END) == 0);
   size_t len = 0;
-  char *text = read_all(fp, &len);
+  char *text = stats_read(MAGPIE_STATS_TEXT, &len);
   CHECK(len > 0);
   free(text);
-  fclose(fp);
   magpie_free(keep);
 }
 
