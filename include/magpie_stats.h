@@ -20,7 +20,7 @@
 
 #define MAGPIE_AREA_MAGIC 0x545345495047414dull /* the bytes "MAGPIEST" */
 #define MAGPIE_AREA_MAJOR 1
-#define MAGPIE_AREA_MINOR 3
+#define MAGPIE_AREA_MINOR 4
 /* The memfd's name: /proc/PID/fd/N links to "/memfd:<name> (deleted)". */
 #define MAGPIE_AREA_NAME "magpie-live-stats"
 
@@ -70,6 +70,8 @@ typedef struct magpie_area_class {
   uint64_t rounding_bytes;
   /* 1.3: objects threads' sweeps gave back from the depot and magazines to the slabs */
   uint64_t swept;
+  /* 1.4: slabs of one thread's or CPU's own, which only its refills take from */
+  uint64_t slabs_owned;
 } magpie_area_class_t;
 
 /* One lock, or a set of locks summed (name says which). */

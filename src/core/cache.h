@@ -16,6 +16,8 @@
 
 typedef struct slab slab_t;
 
+#define CACHE_HOME_SLOTS 64 /* cache_t's homes: slab.c theory 8 */
+
 /* A magazine: a stack of object pointers (Bonwick). */
 typedef struct mag {
   uint32_t n;       /* rounds held */
@@ -64,11 +66,14 @@ typedef struct cache {
      the lock protects the fields below and every slab's free list */
   lock_t slab_lock __attribute__((aligned(OS_LINE)));
   slab_t *partial;          /* slabs with free or never-used objects, first served first */
+  slab_t *owned;            /* such slabs that one home's refills take from (slab.c theory 8) */
+  unsigned owners;          /* slabs on owned (written under the lock; read unlocked) */
   size_t slabs;             /* slabs held */
   size_t slab_objects_out;  /* objects out of the slabs (written under the lock) */
   size_t free_resident;     /* free bytes whose pages stayed (slab.c theory 7; ditto) */
   unsigned giving_back;     /* slabs whose hollow chunks give-backs and refills work on unlocked */
   struct slab_wake *waking; /* those refills, listed (slab.c theory 6) */
+  slab_t *homes[CACHE_HOME_SLOTS]; /* owned slabs by their home's hash, where no other's */
   /* depot, from a line of its own; the miss count beside it, since nearly every miss goes on
      to the depot's lock and fields (one line transfer on many cores, not two) */
   depot_t depot __attribute__((aligned(OS_LINE)));

@@ -67,6 +67,13 @@
  *      allocates, keeps its magazines while producers take them from the depot. The cost is
  *      bounded by the interval, not by the operations: one refill a class and thread per
  *      sweep_ms at most. CPUs' pairs, which many threads share, are left to the reap.
+ *  10. Homes: the slab layer gives each home a slab of its own in a class to refill from, so
+ *      that the blocks of two homes share no page (slab.c theory 8). Each CPU is one
+ *      (MAG_HOME_CPU | cpu), and so is each thread that keeps magazines of its own while
+ *      threads number at most mag_few_threads() at its start (tc->homed, its tid the key):
+ *      homes stay bounded, and so do the partly carved slabs they keep. Other threads (those
+ *      beyond, under percpu=0 or without rseq) and object caches refill from shared slabs. A
+ *      homed thread's exit shares its slabs again (slab_disown).
  * Locking: mag_registry_lock guards the registry and mag_folded; a starting thread takes no
  * lock (its tcache waits on mag_registry_pending for the lock's next holder, who links it:
  * mag_registry_enter), nor does an exiting one that finds it taken (its tcache waits on
@@ -185,7 +192,8 @@ static void mag_registry_push(tcache_t **list, tcache_t *tc, tcache_t **link) {
    the reaper; where many threads share few CPUs, each acquisition that finds the lock taken
    waits for a woken thread's turn on a CPU. */
 static tcache_t *mag_thread_start(void) {
-  char *cpus = mag_cpu_for_thread(__atomic_add_fetch(&mag_threads_live, 1, __ATOMIC_RELAXED));
+  unsigned live = __atomic_add_fetch(&mag_threads_live, 1, __ATOMIC_RELAXED);
+  char *cpus = mag_cpu_for_thread(live);
   tcache_t *tc = meta_alloc(cpus ? &tcache_cpu_pool : &tcache_pool);
   if (!tc) {
     __atomic_sub_fetch(&mag_threads_live, 1, __ATOMIC_RELAXED);
@@ -203,6 +211,7 @@ static tcache_t *mag_thread_start(void) {
   tc->sample_left = mag_sample_countdown();
   tc->stack = (uintptr_t)__builtin_frame_address(0);
   tc->tid = os_thread_id();
+  tc->homed = !cpus && live <= mag_few_threads(); /* homes bounded (theory 10) */
   mag_registry_push(&mag_registry_pending, tc, &tc->next);
   mag_tls = tc; /* before pthread_setspecific, which may allocate */
   pthread_setspecific(mag_key, tc);
@@ -266,8 +275,8 @@ static void mag_rounds_reverse(void **rounds, uint32_t n) {
    or a full-size one for an outgrown one; returns the magazine now in p's place, which holds
    rounds unless memory ran out. A CPU's (cpu) starts bigger for blocks smaller than a line,
    and its rounds are spread over cache lines. */
-mag_t *mag_slab_fill(cache_t *cp, mag_t *p, bool cpu) {
-  bool first_fill = p == &mag_empty;
+mag_t *mag_slab_fill(cache_t *cp, mag_t *p, uint32_t home) {
+  bool cpu = home & MAG_HOME_CPU, first_fill = p == &mag_empty;
   if (first_fill) { /* a first magazine as small as the first refill */
     mag_t *first = depot_mag_new(mag_fill_start(cp, cpu));
     if (!first) return p;
@@ -282,7 +291,7 @@ mag_t *mag_slab_fill(cache_t *cp, mag_t *p, bool cpu) {
   }
   uint32_t fill = p->fill ? p->fill : mag_fill_start(cp, cpu);
   fill = fill < p->cap ? fill : p->cap;
-  p->n = slab_alloc(cp, p->rounds, fill, first_fill);
+  p->n = slab_alloc(cp, p->rounds, fill, first_fill, cp->tag == PM_TAG_CACHE ? 0 : home);
   if (cpu)
     mag_cpu_spread_lines(p->rounds, p->n);
   else
@@ -303,7 +312,7 @@ void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, mag_t **fill) {
       t->prev = &mag_empty;
       return NULL;
     }
-    t->prev = p = full ? full : mag_slab_fill(cp, p, false);
+    t->prev = p = full ? full : mag_slab_fill(cp, p, mag_tls->homed ? mag_tls->tid : 0);
     if (p->n == 0) return NULL;
   }
   t->prev = t->loaded;
@@ -395,7 +404,7 @@ bool mag_own_free_miss(cache_t *cp, mag_pair_t *t, void *obj) {
 
 void *mag_direct_alloc(cache_t *cp) {
   void *obj;
-  if (slab_alloc(cp, &obj, 1, false) != 1) return NULL;
+  if (slab_alloc(cp, &obj, 1, false, 0) != 1) return NULL;
   mag_held_add((ptrdiff_t)cp->size);
   return obj;
 }
@@ -730,6 +739,8 @@ void mag_registry_leave(void) {
 void mag_thread_exit(void *arg) {
   tcache_t *tc = arg;
   mag_thread_flush(tc);
+  for (unsigned c = 1; c <= SC_COUNT && tc->homed; c++) /* shared again (theory 10) */
+    slab_disown(&malloc_caches[c], tc->tid);
   prof_clock_thread_exit();
   mag_tls = &tcache_dead;
   __atomic_sub_fetch(&mag_threads_live, 1, __ATOMIC_RELAXED);

@@ -84,6 +84,7 @@ typedef struct cache_slot {
 typedef struct tcache {
   char *cpus;   /* per-CPU magazines (mag_percpu.c) this thread uses for malloc, or NULL: its own */
   uint8_t busy; /* nonzero while the owner works on its own magazines without the lock */
+  bool homed;   /* the thread owns slabs, its tid their home (mag.c theory 10) */
   uint32_t tid; /* the kernel's id of the owner */
   lock_t lock;  /* the owner's slow paths, mag_reclaim */
   uint64_t bytes_requested; /* sum of malloc sizes (small and large) */

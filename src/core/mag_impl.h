@@ -43,9 +43,11 @@ void mag_pair_to_depot(cache_t *cp, mag_pair_t *t);
 void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, mag_t **fill);
 bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj, mag_t **drain);
 /* Fills empty magazine p from the slab layer (or a new one in place of the sentinel, or a
-   bigger one); returns what is now in p's place, with rounds unless memory ran out. A CPU's
-   (cpu) starts bigger and spreads its rounds over cache lines. */
-mag_t *mag_slab_fill(cache_t *cp, mag_t *p, bool cpu);
+   bigger one); returns what is now in p's place, with rounds unless memory ran out. home is
+   the thread's or CPU's (MAG_HOME_CPU) whose magazine it is, 0 for one that owns no slabs
+   (mag.c theory 10). A CPU's starts bigger and spreads its rounds over cache lines. */
+#define MAG_HOME_CPU 0x80000000u /* | the CPU: a CPU's home (threads' are their ids) */
+mag_t *mag_slab_fill(cache_t *cp, mag_t *p, uint32_t home);
 /* Gives magazine m's rounds back to the slab layer; m is left empty. */
 void mag_drain(cache_t *cp, mag_t *m);
 
@@ -88,6 +90,9 @@ void mag_cpu_init(void);
 mag_cpu_t *mag_cpu(unsigned cpu); /* CPU cpu's record, cpu < mag_cpu_count() */
 /* The per-CPU magazines for a thread starting as the live-th, or NULL: its own. */
 char *mag_cpu_for_thread(unsigned live);
+/* Threads that keep magazines of their own while CPUs' can be had: percpu_threads, twice the
+   CPUs by default. */
+size_t mag_few_threads(void);
 void mag_cpu_spread_lines(void **rounds, uint32_t n);
 /* The CPU's loaded magazine of class c ran out (filled up): it trades places with the previous
    one if that has rounds (room), and the pop (push) is tried again; NULL (0): it was not

@@ -120,10 +120,13 @@ static void mag_cpu_setup(void) {
 /* Per-CPU magazines go to the threads beyond the first percpu_threads (twice the CPUs by
    default), where the thread has a registered rseq area (magpie registers its own here, where
    glibc has none: os_fence.c theory 2). */
+size_t mag_few_threads(void) {
+  return opt.percpu_threads ? opt.percpu_threads : 2 * (size_t)os_cpu_count();
+}
+
 char *mag_cpu_for_thread(unsigned live) {
 #if RSEQ_SUPPORTED
-  size_t few = opt.percpu_threads ? opt.percpu_threads : 2 * (size_t)os_cpu_count();
-  if (!mag_cpus || live <= few) return NULL;
+  if (!mag_cpus || live <= mag_few_threads()) return NULL;
   os_rseq_register();
   int cpu = rseq_cpu(mag_consts.rseq_area);
   if (cpu < 0 || (unsigned)cpu >= mag_ncpus) return NULL;
@@ -257,7 +260,7 @@ void *mag_cpu_alloc_miss(cache_t *cp, unsigned c) {
   if (fill) {
     mc->mags[c].prev = t.prev; /* the sentinel: fill has left the pair */
     lock_release(&mc->lock);
-    fill = mag_slab_fill(cp, fill, true);
+    fill = mag_slab_fill(cp, fill, MAG_HOME_CPU | cpu);
     if (fill->n == 0) { /* out of memory */
       mag_to_depot(cp, fill);
       return NULL;

@@ -82,6 +82,17 @@
  *      block's pages stay, for the refills that take it soon; a block handed out after giving
  *      its pages faults them in again, zero. Not for object caches (constructed state) nor
  *      without slab_pages_may_go (records in free blocks).
+ *   8. Slabs of one's own: on many cores, blocks of two threads (or CPUs) that share a page are
+ *      slower to use than blocks on pages of their own, though no line is shared: processors
+ *      prefetch a page's neighbouring lines, and another core's writes there cost both cores
+ *      misses (docs/decisions/slab-homes.md). So a refill for a home (mag.c theory 10) takes
+ *      from the one slab that home owns in the class, else claims the first shared one, else
+ *      makes one: owned slabs are on cp->owned, one per home and class at most, shared ones
+ *      on cp->partial. A slab handed out to its last object is no one's (full slabs are
+ *      unlisted; one that gets an object back is shared). Objects that others free into a
+ *      home's slab wait for that home's refills, bounded by one slab a home and class; a homed
+ *      thread's exit and a quiet heap's reap share them again (slab_disown). Refills without a
+ *      home (0) take shared slabs only.
  *   Lock order: fork.c's list (slab_lock, then the slab and heap arenas' locks, then metadata
  *   pools).
  */
@@ -109,6 +120,7 @@ bool slab_pages_may_go;
 #define SLAB_POOLS 3
 static meta_pool_t slab_pools[SLAB_POOLS] = {META_POOL(128), META_POOL(256), META_POOL(640)};
 _Static_assert(sizeof(slab_t) + SLAB_OBJECTS_MAX / 8 <= 640, "the largest bitmap fits");
+_Static_assert(sizeof(slab_t) == 64, "the smallest pool's descriptors map 512 objects");
 
 /* Words in the bitmap of a slab of cp: one bit an object. */
 static uint32_t slab_map_words(const cache_t *cp) {
@@ -122,11 +134,27 @@ static meta_pool_t *slab_pool(const cache_t *cp) {
   report_fatal("slab: more objects in a slab than its bitmap holds", cp, cp->per_slab);
 }
 
+/* The list s goes on: its owner's slabs or the shared partial ones (theory 8). */
+static slab_t **slab_list_of(cache_t *cp, const slab_t *s) {
+  return s->owner ? &cp->owned : &cp->partial;
+}
+
+/* Where home's slab is found first: cp->homes[slab_home_slot(home)]. */
+static unsigned slab_home_slot(uint32_t home) {
+  return (home * 0x9e3779b1u) >> 26; /* Fibonacci hashing: CPUs and tids spread over 64 */
+}
+_Static_assert(CACHE_HOME_SLOTS == 64, "slab_home_slot's shift");
+
+/* Appends s to its list; the slab lock held, as for every list change. */
 static void slab_list(cache_t *cp, slab_t *s) {
-  slab_t *head = cp->partial; /* circular list: head->prev is the tail */
+  slab_t **list = slab_list_of(cp, s), *head = *list; /* circular: head->prev is the tail */
   s->listed = true;
+  if (s->owner) {
+    __atomic_store_n(&cp->owners, cp->owners + 1, __ATOMIC_RELAXED);
+    cp->homes[slab_home_slot(s->owner)] = s;
+  }
   if (!head) {
-    cp->partial = s->next = s->prev = s;
+    *list = s->next = s->prev = s;
     return;
   }
   s->next = head;
@@ -136,14 +164,42 @@ static void slab_list(cache_t *cp, slab_t *s) {
 }
 
 static void slab_unlist(cache_t *cp, slab_t *s) {
+  slab_t **list = slab_list_of(cp, s);
   s->listed = false;
+  if (s->owner) {
+    __atomic_store_n(&cp->owners, cp->owners - 1, __ATOMIC_RELAXED);
+    slab_t **slot = &cp->homes[slab_home_slot(s->owner)];
+    if (*slot == s) *slot = NULL;
+  }
   if (s->next == s) {
-    cp->partial = NULL;
+    *list = NULL;
     return;
   }
   s->prev->next = s->next;
   s->next->prev = s->prev;
-  if (cp->partial == s) cp->partial = s->next;
+  if (*list == s) *list = s->next;
+}
+
+/* Moves listed slab s to owner's list (0: the shared one). */
+static void slab_own(cache_t *cp, slab_t *s, uint32_t owner) {
+  slab_unlist(cp, s);
+  s->owner = owner;
+  slab_list(cp, s);
+}
+
+/* The slab home's refills take from (theory 8): its own, else the first shared one, which
+   becomes its own; NULL if neither. Without a home, the first shared one. cp->homes finds a
+   home's own slab at once, unless another home's hashed to the same slot since: then the
+   list is walked (homes are few: mag.c theory 10), and the slot is the home's again. */
+static slab_t *slab_home(cache_t *cp, uint32_t home) {
+  slab_t **slot = &cp->homes[slab_home_slot(home)], *s = *slot;
+  if (!home) return cp->partial;
+  if (s && s->owner == home) return s;
+  s = cp->owned;
+  for (unsigned i = 0; i < cp->owners; i++, s = s->next)
+    if (s->owner == home) return *slot = s;
+  if ((s = cp->partial)) slab_own(cp, s, home);
+  return s;
 }
 
 static vmem_t *slab_arena_of(const slab_t *s) {
@@ -464,7 +520,7 @@ static unsigned slab_take(cache_t *cp, slab_t *s, void **out, unsigned got, unsi
   return got;
 }
 
-unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
+unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run, uint32_t home) {
   unsigned got = 0;
   slab_t *spare = NULL; /* made here while others listed slabs: taken from last, if at all */
   slab_wake_t wake;
@@ -472,7 +528,7 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
   wake.chunks = 0;
   lock_acquire(&cp->slab_lock);
   while (got < n) {
-    slab_t *s = cp->partial;
+    slab_t *s = slab_home(cp, home);
     if (!s && spare) {
       s = spare;
       spare = NULL;
@@ -482,15 +538,17 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
       INJECT(INJECT_UNLOCKED);
       s = slab_make(cp);
       lock_acquire(&cp->slab_lock);
-      if (!s || cp->partial) { /* others' slabs first: threads that missed together made one
-                                  each, and each would stay partly used (theory 5) */
+      slab_t *listed = slab_home(cp, home);
+      if (!s || listed) { /* others' slabs first: threads that missed together made one
+                             each, and each would stay partly used (theory 5) */
         spare = s;
-        if (cp->partial) continue;
+        if (listed) continue;
         break;
       }
     }
     if (!s->listed) {
       cp->slabs++;
+      s->owner = home;
       slab_list(cp, s);
     }
     if (wake.s && wake.s != s && s->hollow) break; /* one slab's chunks woken a refill */
@@ -502,7 +560,10 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
     s->used += got - before;
     __atomic_store_n(&cp->slab_objects_out, cp->slab_objects_out + (got - before),
                      __ATOMIC_RELAXED); /* counted before the lock may be let go; read unlocked */
-    if (!s->nfree && s->carved == cp->per_slab) slab_unlist(cp, s);
+    if (!s->nfree && s->carved == cp->per_slab) { /* full: shared again once one comes back */
+      slab_unlist(cp, s);
+      s->owner = 0;
+    }
   }
   lock_release(&cp->slab_lock);
   if (spare) { /* never listed, nothing taken: no free finds it */
@@ -527,6 +588,18 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run) {
         return i;
       }
   return got;
+}
+
+void slab_disown(cache_t *cp, uint32_t home) {
+  if (!__atomic_load_n(&cp->owners, __ATOMIC_RELAXED)) return;
+  lock_acquire(&cp->slab_lock);
+  slab_t *s = cp->owned;
+  for (unsigned i = 0, n = cp->owners; i < n; i++) {
+    slab_t *next = s->next;
+    if (!home || s->owner == home) slab_own(cp, s, 0);
+    s = next;
+  }
+  lock_release(&cp->slab_lock);
 }
 
 bool slab_packed(const cache_t *cp) {
@@ -712,8 +785,9 @@ size_t slab_give_back(cache_t *cp) {
       slab_resident_less(cp, settled);
       given += settled;
       slab_t *last = give[n - 1].s; /* held until now: listed unless it emptied or filled */
-      from = last->listed && last->next != cp->partial ? last->next : NULL;
-      lap |= from == NULL; /* one that filled meanwhile went to the list's end: the rest waits */
+      from = last->listed && !last->owner && last->next != cp->partial ? last->next : NULL;
+      lap |= from == NULL; /* one that filled or was owned meanwhile left its place: the rest
+                              waits */
     }
     n = lap ? 0 : slab_give_take(cp, give, from, &lap);
     lock_release(&cp->slab_lock);
@@ -724,10 +798,11 @@ size_t slab_give_back(cache_t *cp) {
   }
 }
 
-void slab_check(cache_t *cp) {
-  lock_acquire(&cp->slab_lock);
+/* Checks the slabs on list (owned: cp->owned, each its own home's; else cp->partial, no
+   owner's); returns how many (slab lock held). */
+static size_t slab_check_list(cache_t *cp, slab_t *list, bool owned) {
   size_t listed = 0;
-  slab_t *s = cp->partial;
+  slab_t *s = list;
   do {
     if (!s) break;
     uint32_t free_count = 0;
@@ -748,9 +823,25 @@ void slab_check(cache_t *cp) {
         report_fatal("slab: a hollow chunk holds an object in use", (void *)s->base, i);
     if (pagemap_get(s->base + cp->span - 1) != ((uintptr_t)s | cp->tag))
       report_fatal("slab: page map does not point at the slab", (void *)s->base, 0);
+    if (!s->owner == owned)
+      report_fatal("slab: a slab on the wrong list for its owner", (void *)s->base, s->owner);
+    slab_t *slot = cp->homes[slab_home_slot(s->owner)];
+    if (owned && slot && (!slot->listed || !slot->owner))
+      report_fatal("slab: a home's slot points at a slab no home owns", (void *)slot->base, 0);
+    for (slab_t *o = list; owned && o != s; o = o->next)
+      if (o->owner == s->owner)
+        report_fatal("slab: two slabs of one home", (void *)s->base, s->owner);
     listed++;
     s = s->next;
-  } while (s != cp->partial);
+  } while (s != list);
+  return listed;
+}
+
+void slab_check(cache_t *cp) {
+  lock_acquire(&cp->slab_lock);
+  size_t owned = slab_check_list(cp, cp->owned, true);
+  if (owned != cp->owners) report_fatal("slab: owned slabs miscounted", NULL, owned);
+  size_t listed = owned + slab_check_list(cp, cp->partial, false);
   if (listed > cp->slabs) report_fatal("slab: more listed slabs than held", NULL, listed);
   lock_release(&cp->slab_lock);
 }

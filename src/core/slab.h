@@ -7,19 +7,21 @@
 #include "vmem.h"
 
 #define SLAB_OBJECTS_MAX 4096 /* 64 KiB of 16-byte objects; bigger objects get bigger spans */
+_Static_assert(SLAB_OBJECTS_MAX / 64 <= UINT16_MAX, "a slab's map words count in scan");
 
 struct slab {
-  slab_t *next, *prev; /* on cache->partial (slab_lock) */
+  slab_t *next, *prev; /* on cache->partial, or cache->owned where it has an owner (slab_lock) */
   uintptr_t base;      /* the span's first byte; object i is at base + i * size */
   cache_t *cache;
   uint32_t used;   /* objects out of the slab */
   uint32_t carved; /* objects [0, carved) have been handed out at least once */
   uint32_t nfree;  /* returned objects: the bits set in map */
-  uint32_t scan;   /* map words below this one hold no set bit */
-  bool listed;     /* on cache->partial */
+  uint16_t scan;   /* map words below this one hold no set bit */
+  bool listed;     /* on cache->partial or cache->owned */
   bool from_heap;  /* its span came from the heap arena, not the slab arena (slab.c theory 1) */
   bool returned;   /* objects came back since slab_give_back last looked (slab.c theory 6) */
   uint16_t giving; /* give-backs and refills holding its free objects on hollow chunks (theory 6) */
+  uint32_t owner;  /* the home whose refills alone take from it, or 0 (slab.c theory 8) */
   uint64_t hollow; /* bit i set: chunk i's pages went back to the kernel (slab.c theory 6) */
   uint64_t map[];  /* bit i set: object i (< carved) came back and is free */
 };
@@ -31,8 +33,12 @@ extern size_t slab_hollow_bytes; /* bytes of slabs given back inside them now (a
 extern bool slab_pages_may_go;
 
 /* Hands out up to n constructed objects; returns how many (0: out of memory or ctor failed).
-   run: never-used objects in address order where the first partial slab has n of them. */
-unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run);
+   run: never-used objects in address order where the first partial slab has n of them.
+   home: the thread or CPU whose magazines the objects fill (theory 8), or 0 for none. */
+unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run, uint32_t home);
+/* The slabs that home owns in cp (every home's where home is 0) go back to the shared list
+   (theory 8): the home's thread exits, or a quiet heap's reap. */
+void slab_disown(cache_t *cp, uint32_t home);
 /* Takes back n objects (destructing them first); reports objects that are not the cache's. */
 void slab_free(cache_t *cp, void **objs, unsigned n);
 /* Whether cp's slabs are packed into the slab arena's huge pages, where the pages of a slab

@@ -69,7 +69,7 @@ bool chunk_get(size_t size, size_t align, size_t front, bool guard, chunk_t *c, 
     while (sc_info[cls].size & (a - 1))
       cls++; /* the 256 KiB class is a multiple of any alignment up to it */
     void *obj;
-    if (slab_alloc(&malloc_caches[cls], &obj, 1, false) != 1) return false;
+    if (slab_alloc(&malloc_caches[cls], &obj, 1, false, 0) != 1) return false;
     c->base = (uintptr_t)obj;
     c->size = sc_info[cls].size;
     c->source = SRC_SLAB;

@@ -83,7 +83,10 @@ static size_t cache_reap(bool everything, size_t keep_dirty) {
   size_t given = 0;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
     depot_reap(&malloc_caches[c], everything);
-    if (keep_dirty == 0) given += slab_give_back(&malloc_caches[c]);
+    if (keep_dirty == 0) { /* quiet: every home's slabs shared again, their pages may go */
+      slab_disown(&malloc_caches[c], 0);
+      given += slab_give_back(&malloc_caches[c]);
+    }
   }
   lock_acquire(&cache_list_lock);
   for (cache_t *cp = cache_list; cp; cp = cp->next)

@@ -131,7 +131,7 @@ static void snap_cache(cache_t *cp, uint64_t kind, uint64_t index, uint64_t allo
   depot_figures_t d;
   depot_figures(cp, &d);
   lock_acquire(&cp->slab_lock);
-  uint64_t slabs = cp->slabs, out = cp->slab_objects_out;
+  uint64_t slabs = cp->slabs, out = cp->slab_objects_out, owned = cp->owners;
   lock_release(&cp->slab_lock);
   uint64_t misses = __atomic_load_n(&cp->misses, __ATOMIC_RELAXED);
   if (allocs || slabs || misses) {
@@ -155,6 +155,7 @@ static void snap_cache(cache_t *cp, uint64_t kind, uint64_t index, uint64_t allo
     row->depot_full_mags = d.full_mags;
     row->depot_empty_mags = d.empty_mags;
     row->slabs = slabs;
+    row->slabs_owned = owned;
     row->slab_objects = slabs * cp->per_slab;
     row->slab_objects_out = out;
     row->rounding_bytes = rounding;

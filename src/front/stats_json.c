@@ -51,6 +51,7 @@ static void json_cache_figures(report_buf_t *b, const magpie_area_class_t *r) {
       {"depot_full", r->depot_full_mags},
       {"depot_empty", r->depot_empty_mags},
       {"slabs", r->slabs},
+      {"slabs_owned", r->slabs_owned},
       {"slab_objects", r->slab_objects},
       {"slab_objects_out", r->slab_objects_out},
       {"rounding_bytes", r->rounding_bytes},

@@ -293,7 +293,7 @@ void __wrap_os_purge_list_run(os_purge_list_t *list) {
     if (purges == 1) {
       for (int run = 0; run < 2; run++) { /* a returned object, then a never-used one */
         void *q;
-        UCHECK(slab_alloc(cp, &q, 1, run) == 1);
+        UCHECK(slab_alloc(cp, &q, 1, run, 0) == 1);
         UCHECK((uintptr_t)q + cp->size <= (uintptr_t)p || (uintptr_t)q >= (uintptr_t)p + size);
         slab_free(cp, &q, 1);
       }
@@ -321,7 +321,7 @@ int __wrap_os_populate(void *p, size_t size) {
     lock_release(&cp->slab_lock);
     if (wakes == 1) {
       void *q;
-      UCHECK(slab_alloc(cp, &q, 1, false) == 1);
+      UCHECK(slab_alloc(cp, &q, 1, false, 0) == 1);
       UCHECK((uintptr_t)q + cp->size <= (uintptr_t)p || (uintptr_t)q >= (uintptr_t)p + size);
       slab_free(cp, &q, 1);
       slab_t *s = (slab_t *)(pagemap_get((uintptr_t)p) & ~PM_TAG_MASK);
@@ -341,7 +341,7 @@ static void give_back_carving(void) {
   cache_t *cp = (cache_t *)magpie_cache_create("carving", 64, 0, NULL, NULL, NULL, 0);
   UCHECK(cp != NULL && cp->per_slab > 2 * N);
   void *o[N];
-  UCHECK(slab_alloc(cp, o, N, true) == N);
+  UCHECK(slab_alloc(cp, o, N, true, 0) == N);
   slab_t *s = (slab_t *)(pagemap_get((uintptr_t)o[0]) & ~PM_TAG_MASK);
   UCHECK(s->carved == N && (uintptr_t)o[N - 1] == s->base + (N - 1) * 64);
   slab_free(cp, o + 1, N - 1);
@@ -351,10 +351,80 @@ static void give_back_carving(void) {
   purge_watched = NULL;
   UCHECK(purges == 1 && purges_locked == 0 && s->carved >= 2 * OS_PAGE / 64);
   slab_check(cp);
-  UCHECK(slab_alloc(cp, o + 1, N - 1, false) == N - 1); /* the hollow page comes back in use */
+  UCHECK(slab_alloc(cp, o + 1, N - 1, false, 0) == N - 1); /* the hollow page comes back in use */
   slab_check(cp);
   slab_free(cp, o, N);
   magpie_cache_destroy((magpie_cache_t *)cp);
+}
+
+/* Slabs of one's own (slab.c theory 8): two homes' refills take from slabs of their own, a
+   home's free objects go to no other home, a slab given up is claimed by the next home that
+   finds none of its own, and one that fills up is no one's. */
+static void slab_homes(void) {
+  enum { N = 8, A = 1, B = 2, C = 3 };
+  cache_t *cp = (cache_t *)magpie_cache_create("homes", 64, 0, NULL, NULL, NULL, 0);
+  UCHECK(cp != NULL && cp->per_slab > 4 * N);
+  void *a[N], *b[N], *x;
+  UCHECK(slab_alloc(cp, a, N, false, A) == N && slab_alloc(cp, b, N, false, B) == N);
+  slab_t *sa = slab_of(cp, a[0]), *sb = slab_of(cp, b[0]);
+  UCHECK(sa && sb && sa != sb && sa->owner == A && sb->owner == B && cp->owners == 2);
+  UCHECK(slab_of(cp, a[N - 1]) == sa && slab_of(cp, b[N - 1]) == sb);
+  slab_check(cp);
+  slab_free(cp, b + 1, N - 1); /* B's to take again, not A's */
+  UCHECK(slab_alloc(cp, &x, 1, false, A) == 1 && slab_of(cp, x) == sa && x != b[1]);
+  slab_free(cp, &x, 1);
+  slab_disown(cp, B);
+  UCHECK(sb->owner == 0 && cp->owners == 1);
+  slab_check(cp);
+  UCHECK(slab_alloc(cp, &x, 1, false, C) == 1 && x == b[1] && sb->owner == C);
+  slab_free(cp, &x, 1);
+  unsigned rest = cp->per_slab - N; /* A's slab to the last object: no one's */
+  void **more = malloc((rest + 1) * sizeof *more);
+  UCHECK(more && slab_alloc(cp, more, rest, false, A) == rest);
+  UCHECK(sa->owner == 0 && !sa->listed && cp->owners == 1);
+  UCHECK(slab_alloc(cp, more + rest, 1, false, A) == 1);
+  slab_t *next = slab_of(cp, more[rest]);
+  UCHECK(next != sa && next != sb && next->owner == A && cp->owners == 2);
+  slab_check(cp);
+  slab_free(cp, more, rest + 1);
+  slab_free(cp, a, N);
+  slab_free(cp, b, 1);
+  free(more);
+  slab_disown(cp, 0);
+  UCHECK(cp->owners == 0);
+  magpie_cache_destroy((magpie_cache_t *)cp);
+}
+
+/* A thread's slabs: its own while it runs (where it is homed, mag.c theory 10), shared once it
+   exits. */
+static bool tid_owns(cache_t *cp, uint32_t tid) {
+  bool found = false;
+  lock_acquire(&cp->slab_lock);
+  slab_t *s = cp->owned;
+  for (unsigned i = 0; i < cp->owners; i++, s = s->next)
+    found |= s->owner == tid;
+  lock_release(&cp->slab_lock);
+  return found;
+}
+
+static void *homed_thread(void *arg) {
+  uint32_t *tid = arg;
+  void *p = magpie_malloc(3000);
+  *tid = mag_tls->tid;
+  UCHECK(p && mag_tls->homed && tid_owns(&malloc_caches[sc_of(3000)], *tid));
+  magpie_free(p);
+  return NULL;
+}
+
+static void homed_thread_exits(void) {
+  pthread_t t;
+  uint32_t tid = 0;
+  size_t few = opt.percpu_threads;
+  opt.percpu_threads = (size_t)1 << 20; /* however many threads run now: homed */
+  magpie_trim();                        /* no depot to refill from: the slab layer */
+  UCHECK(pthread_create(&t, NULL, homed_thread, &tid) == 0 && pthread_join(t, NULL) == 0);
+  opt.percpu_threads = few;
+  UCHECK(tid != 0 && !tid_owns(&malloc_caches[sc_of(3000)], tid));
 }
 
 /* Gives back the free pages of cp's slabs with one object in 256 kept, checks what the slab
@@ -365,7 +435,7 @@ static void give_back_one(cache_t *cp) {
   magpie_trim();
   unsigned got = 0;
   while (got < N) {
-    unsigned n = slab_alloc(cp, o + got, N - got, false);
+    unsigned n = slab_alloc(cp, o + got, N - got, false, 0);
     UCHECK(n > 0);
     got += n;
   }
@@ -400,7 +470,7 @@ static void give_back_one(cache_t *cp) {
   wake_watched = cp->size * 2 <= OS_PAGE ? cp : NULL; /* two objects a chunk at least */
   for (unsigned i = 0; i < N; i++)
     if (i % 256) {
-      UCHECK(slab_alloc(cp, &o[i], 1, false) == 1);
+      UCHECK(slab_alloc(cp, &o[i], 1, false, 0) == 1);
       memset(o[i], 0x33, cp->size);
     }
   UCHECK(!wake_watched || (wakes > 0 && wakes_locked == 0));
@@ -607,7 +677,7 @@ static void big_pages_given(void) {
   size_t size = cp->size;
   UCHECK(size >= 4 * OS_PAGE && slab_pages_may_go);
   magpie_trim(); /* no block of the class out but these */
-  UCHECK(slab_alloc(cp, blocks, N, false) == N);
+  UCHECK(slab_alloc(cp, blocks, N, false, 0) == N);
   for (int i = 0; i < N; i++) {
     memset(blocks[i], 0xA5, size);
     stays[i] = true;
@@ -638,7 +708,7 @@ static void big_pages_given(void) {
   unsigned out = 0;
   for (int i = 0; i < N; i++) /* the blocks that stayed out, first */
     if (stays[i]) blocks[out++] = blocks[i];
-  UCHECK(slab_alloc(cp, blocks + out, back, false) == back && cp->free_resident == 0);
+  UCHECK(slab_alloc(cp, blocks + out, back, false, 0) == back && cp->free_resident == 0);
   slab_free(cp, blocks, out + back);
   magpie_trim();
 }
@@ -928,10 +998,10 @@ int main(int argc, char **argv) {
     cache_t *sc = (cache_t *)magpie_cache_create("order", 48, 0, NULL, NULL, NULL, 0);
     UCHECK(sc != NULL);
     void *o[8], *back[8];
-    UCHECK(slab_alloc(sc, o, 8, false) == 8);
+    UCHECK(slab_alloc(sc, o, 8, false, 0) == 8);
     for (int i = 1; i < 8; i += 2) /* return 1, 3, 5, 7: a list would give them back 7 first */
       slab_free(sc, &o[i], 1);
-    UCHECK(slab_alloc(sc, back, 4, false) == 4);
+    UCHECK(slab_alloc(sc, back, 4, false, 0) == 4);
     for (int i = 0; i < 4; i++)
       UCHECK(back[i] == o[2 * i + 1]);
     char report[4096];
@@ -979,6 +1049,8 @@ int main(int argc, char **argv) {
   for (size_t k = 0; k < 3; k++)
     give_back_one(&malloc_caches[sc_of(hollow_sizes[k])]);
   give_back_carving();
+  slab_homes();
+  homed_thread_exits();
 
   /* 14. a thread starts while another holds the registry's lock: it takes none */
   start_unlocked();
