@@ -72,8 +72,8 @@
  *      (MAG_HOME_CPU | cpu), and so is each thread that keeps magazines of its own while
  *      threads number at most mag_few_threads() at its start (tc->homed, its tid the key):
  *      homes stay bounded, and so do the partly carved slabs they keep. Other threads (those
- *      beyond, under percpu=0 or without rseq) and object caches refill from shared slabs. A
- *      homed thread's exit shares its slabs again (slab_disown).
+ *      beyond, under percpu=0 or without rseq) refill from shared slabs. A homed thread's exit
+ *      shares its slabs again (slab_disown).
  * Locking: mag_registry_lock guards the registry and mag_folded; a starting thread takes no
  * lock (its tcache waits on mag_registry_pending for the lock's next holder, who links it:
  * mag_registry_enter), nor does an exiting one that finds it taken (its tcache waits on
@@ -291,7 +291,7 @@ mag_t *mag_slab_fill(cache_t *cp, mag_t *p, uint32_t home) {
   }
   uint32_t fill = p->fill ? p->fill : mag_fill_start(cp, cpu);
   fill = fill < p->cap ? fill : p->cap;
-  p->n = slab_alloc(cp, p->rounds, fill, first_fill, cp->tag == PM_TAG_CACHE ? 0 : home);
+  p->n = slab_alloc(cp, p->rounds, fill, first_fill, home);
   if (cpu)
     mag_cpu_spread_lines(p->rounds, p->n);
   else

@@ -92,7 +92,10 @@
  *      unlisted; one that gets an object back is shared). Objects that others free into a
  *      home's slab wait for that home's refills, bounded by one slab a home and class; a homed
  *      thread's exit and a quiet heap's reap share them again (slab_disown). Refills without a
- *      home (0) take shared slabs only.
+ *      home (0) take shared slabs only, and so do those of classes above SLAB_HOME_MAX and of
+ *      object caches: a home's slab keeps pages resident for its blocks and the free objects
+ *      among them, the more the bigger the blocks, where a page holds too few blocks of them
+ *      for several homes' to meet on it often.
  *   Lock order: fork.c's list (slab_lock, then the slab and heap arenas' locks, then metadata
  *   pools).
  */
@@ -522,6 +525,7 @@ static unsigned slab_take(cache_t *cp, slab_t *s, void **out, unsigned got, unsi
 
 unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run, uint32_t home) {
   unsigned got = 0;
+  if (cp->size > SLAB_HOME_MAX || cp->tag == PM_TAG_CACHE) home = 0; /* theory 8 */
   slab_t *spare = NULL; /* made here while others listed slabs: taken from last, if at all */
   slab_wake_t wake;
   wake.s = NULL;

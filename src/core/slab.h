@@ -7,6 +7,7 @@
 #include "vmem.h"
 
 #define SLAB_OBJECTS_MAX 4096 /* 64 KiB of 16-byte objects; bigger objects get bigger spans */
+#define SLAB_HOME_MAX 512     /* homes own slabs of malloc's classes up to this size (theory 8) */
 _Static_assert(SLAB_OBJECTS_MAX / 64 <= UINT16_MAX, "a slab's map words count in scan");
 
 struct slab {
@@ -34,7 +35,8 @@ extern bool slab_pages_may_go;
 
 /* Hands out up to n constructed objects; returns how many (0: out of memory or ctor failed).
    run: never-used objects in address order where the first partial slab has n of them.
-   home: the thread or CPU whose magazines the objects fill (theory 8), or 0 for none. */
+   home: the thread or CPU whose magazines the objects fill (theory 8), or 0 for none; only
+   malloc's classes of SLAB_HOME_MAX bytes at most have homes. */
 unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run, uint32_t home);
 /* The slabs that home owns in cp (every home's where home is 0) go back to the shared list
    (theory 8): the home's thread exits, or a quiet heap's reap. */

@@ -359,40 +359,50 @@ static void give_back_carving(void) {
 
 /* Slabs of one's own (slab.c theory 8): two homes' refills take from slabs of their own, a
    home's free objects go to no other home, a slab given up is claimed by the next home that
-   finds none of its own, and one that fills up is no one's. */
+   finds none of its own, one that fills up is no one's, and big blocks' slabs have no home. */
 static void slab_homes(void) {
-  enum { N = 8, A = 1, B = 2, C = 3 };
-  cache_t *cp = (cache_t *)magpie_cache_create("homes", 64, 0, NULL, NULL, NULL, 0);
-  UCHECK(cp != NULL && cp->per_slab > 4 * N);
+  enum { N = 8, A = 1, B = 2, C = 3 }; /* no thread's id, nor a CPU's home */
+  cache_t *cp = &malloc_caches[sc_of(200)], *big = &malloc_caches[sc_of(1024)];
+  magpie_trim(); /* no partial slab left of the class: A and B make theirs */
+  unsigned owners = cp->owners;
+  UCHECK(cp->per_slab > 4 * N && cp->partial == NULL && big->size > SLAB_HOME_MAX);
   void *a[N], *b[N], *x;
   UCHECK(slab_alloc(cp, a, N, false, A) == N && slab_alloc(cp, b, N, false, B) == N);
   slab_t *sa = slab_of(cp, a[0]), *sb = slab_of(cp, b[0]);
-  UCHECK(sa && sb && sa != sb && sa->owner == A && sb->owner == B && cp->owners == 2);
+  UCHECK(sa && sb && sa != sb && sa->owner == A && sb->owner == B && cp->owners == owners + 2);
   UCHECK(slab_of(cp, a[N - 1]) == sa && slab_of(cp, b[N - 1]) == sb);
   slab_check(cp);
   slab_free(cp, b + 1, N - 1); /* B's to take again, not A's */
   UCHECK(slab_alloc(cp, &x, 1, false, A) == 1 && slab_of(cp, x) == sa && x != b[1]);
   slab_free(cp, &x, 1);
   slab_disown(cp, B);
-  UCHECK(sb->owner == 0 && cp->owners == 1);
+  UCHECK(sb->owner == 0 && cp->owners == owners + 1);
   slab_check(cp);
   UCHECK(slab_alloc(cp, &x, 1, false, C) == 1 && x == b[1] && sb->owner == C);
   slab_free(cp, &x, 1);
   unsigned rest = cp->per_slab - N; /* A's slab to the last object: no one's */
   void **more = malloc((rest + 1) * sizeof *more);
   UCHECK(more && slab_alloc(cp, more, rest, false, A) == rest);
-  UCHECK(sa->owner == 0 && !sa->listed && cp->owners == 1);
+  UCHECK(sa->owner == 0 && !sa->listed && cp->owners == owners + 1);
   UCHECK(slab_alloc(cp, more + rest, 1, false, A) == 1);
   slab_t *next = slab_of(cp, more[rest]);
-  UCHECK(next != sa && next != sb && next->owner == A && cp->owners == 2);
+  UCHECK(next != sa && next != sb && next->owner == A && cp->owners == owners + 2);
   slab_check(cp);
   slab_free(cp, more, rest + 1);
   slab_free(cp, a, N);
   slab_free(cp, b, 1);
   free(more);
-  slab_disown(cp, 0);
-  UCHECK(cp->owners == 0);
-  magpie_cache_destroy((magpie_cache_t *)cp);
+  slab_disown(cp, A);
+  slab_disown(cp, C);
+  UCHECK(cp->owners == owners);
+  /* bigger blocks, and object caches' objects, have no homes */
+  UCHECK(slab_alloc(big, &x, 1, false, A) == 1 && slab_of(big, x)->owner == 0);
+  slab_free(big, &x, 1);
+  magpie_cache_t *oc = magpie_cache_create("homes", 64, 0, NULL, NULL, NULL, 0);
+  UCHECK(oc && slab_alloc((cache_t *)oc, &x, 1, false, A) == 1);
+  UCHECK(slab_of((cache_t *)oc, x)->owner == 0);
+  slab_free((cache_t *)oc, &x, 1);
+  magpie_cache_destroy(oc);
 }
 
 /* A thread's slabs: its own while it runs (where it is homed, mag.c theory 10), shared once it
@@ -407,11 +417,13 @@ static bool tid_owns(cache_t *cp, uint32_t tid) {
   return found;
 }
 
+#define HOMED_SIZE 440 /* a class no other step allocates */
+
 static void *homed_thread(void *arg) {
   uint32_t *tid = arg;
-  void *p = magpie_malloc(3000);
+  void *p = magpie_malloc(HOMED_SIZE);
   *tid = mag_tls->tid;
-  UCHECK(p && mag_tls->homed && tid_owns(&malloc_caches[sc_of(3000)], *tid));
+  UCHECK(p && mag_tls->homed && tid_owns(&malloc_caches[sc_of(HOMED_SIZE)], *tid));
   magpie_free(p);
   return NULL;
 }
@@ -424,7 +436,7 @@ static void homed_thread_exits(void) {
   magpie_trim();                        /* no depot to refill from: the slab layer */
   UCHECK(pthread_create(&t, NULL, homed_thread, &tid) == 0 && pthread_join(t, NULL) == 0);
   opt.percpu_threads = few;
-  UCHECK(tid != 0 && !tid_owns(&malloc_caches[sc_of(3000)], tid));
+  UCHECK(tid != 0 && !tid_owns(&malloc_caches[sc_of(HOMED_SIZE)], tid));
 }
 
 /* Gives back the free pages of cp's slabs with one object in 256 kept, checks what the slab
