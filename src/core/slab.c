@@ -91,11 +91,11 @@
  *      on cp->partial. A slab handed out to its last object is no one's (full slabs are
  *      unlisted; one that gets an object back is shared). Objects that others free into a
  *      home's slab wait for that home's refills, bounded by one slab a home and class; a homed
- *      thread's exit and a quiet heap's reap share them again (slab_disown). Refills without a
- *      home (0) take shared slabs only, and so do those of classes above SLAB_HOME_MAX and of
- *      object caches: a home's slab keeps pages resident for its blocks and the free objects
- *      among them, the more the bigger the blocks, where a page holds too few blocks of them
- *      for several homes' to meet on it often.
+ *      thread's exit, a quiet heap's reap and a fork's child share them again (slab_disown).
+ *      Refills without a home (0) take shared slabs only, and so do those of classes above
+ *      SLAB_HOME_MAX and of object caches: a home's slab keeps pages resident for its blocks
+ *      and the free objects among them, the more the bigger the blocks, where a page holds
+ *      too few blocks of them for several homes' to meet on it often.
  *   Lock order: fork.c's list (slab_lock, then the slab and heap arenas' locks, then metadata
  *   pools).
  */

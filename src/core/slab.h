@@ -39,7 +39,7 @@ extern bool slab_pages_may_go;
    malloc's classes of SLAB_HOME_MAX bytes at most have homes. */
 unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run, uint32_t home);
 /* The slabs that home owns in cp (every home's where home is 0) go back to the shared list
-   (theory 8): the home's thread exits, or a quiet heap's reap. */
+   (theory 8): the home's thread exits, a quiet heap's reap, a fork's child. */
 void slab_disown(cache_t *cp, uint32_t home);
 /* Takes back n objects (destructing them first); reports objects that are not the cache's. */
 void slab_free(cache_t *cp, void **objs, unsigned n);

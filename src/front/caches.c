@@ -343,6 +343,8 @@ void cache_fork_child(void) {
      not show every thread (one that never allocated, or only from per-CPU magazines), so
      glibc's word that the parent ran threads counts too. */
   bool others = mag_fork_child();
+  for (unsigned c = 1; c <= SC_COUNT; c++) /* the homes' threads are gone: their slabs shared */
+    slab_disown(&malloc_caches[c], 0);
   if (others || reaper_state == REAPER_RUNNING || os_program_threaded())
     reaper_state = REAPER_INLINE;
   lock_init(&cache_list_lock);

@@ -406,7 +406,7 @@ static void slab_homes(void) {
 }
 
 /* A thread's slabs: its own while it runs (where it is homed, mag.c theory 10), shared once it
-   exits. */
+   exits, and in a child of fork, where the thread is gone. */
 static bool tid_owns(cache_t *cp, uint32_t tid) {
   bool found = false;
   lock_acquire(&cp->slab_lock);
@@ -418,12 +418,15 @@ static bool tid_owns(cache_t *cp, uint32_t tid) {
 }
 
 #define HOMED_SIZE 440 /* a class no other step allocates */
+static pthread_barrier_t homed_owns, homed_forked;
 
 static void *homed_thread(void *arg) {
   uint32_t *tid = arg;
   void *p = magpie_malloc(HOMED_SIZE);
   *tid = mag_tls->tid;
   UCHECK(p && mag_tls->homed && tid_owns(&malloc_caches[sc_of(HOMED_SIZE)], *tid));
+  pthread_barrier_wait(&homed_owns);
+  pthread_barrier_wait(&homed_forked);
   magpie_free(p);
   return NULL;
 }
@@ -434,7 +437,17 @@ static void homed_thread_exits(void) {
   size_t few = opt.percpu_threads;
   opt.percpu_threads = (size_t)1 << 20; /* however many threads run now: homed */
   magpie_trim();                        /* no depot to refill from: the slab layer */
-  UCHECK(pthread_create(&t, NULL, homed_thread, &tid) == 0 && pthread_join(t, NULL) == 0);
+  UCHECK(pthread_barrier_init(&homed_owns, NULL, 2) == 0);
+  UCHECK(pthread_barrier_init(&homed_forked, NULL, 2) == 0);
+  UCHECK(pthread_create(&t, NULL, homed_thread, &tid) == 0);
+  pthread_barrier_wait(&homed_owns);
+  pid_t child = fork();
+  if (child == 0) _exit(tid_owns(&malloc_caches[sc_of(HOMED_SIZE)], tid) ? 3 : 0);
+  int status = -1;
+  UCHECK(child > 0 && waitpid(child, &status, 0) == child && WIFEXITED(status));
+  UCHECK(WEXITSTATUS(status) == 0); /* 3: the child kept the gone thread's slab as its own */
+  pthread_barrier_wait(&homed_forked);
+  UCHECK(pthread_join(t, NULL) == 0);
   opt.percpu_threads = few;
   UCHECK(tid != 0 && !tid_owns(&malloc_caches[sc_of(HOMED_SIZE)], tid));
 }
