@@ -25,6 +25,7 @@ RARE = {
     "report_fatal": "report", "report_warning_n": "report", "report_heap_error": "report",
     "debug_report_error": "report", "sample_report": "report", "demangle_itanium": "report",
     "report_capture": "profiler sample",
+    "report_current_stack": "report",  # report_capture inlined into it where -O3 inlines more
     # statistics and profiles written on request
     "stats_write": "statistics", "stats_write_glibc": "statistics",
     "stats_write_xml": "statistics", "api_malloc_info": "statistics",
