@@ -117,13 +117,13 @@ static void mag_cpu_setup(void) {
 }
 #endif
 
-/* Per-CPU magazines go to the threads beyond the first percpu_threads (twice the CPUs by
-   default), where the thread has a registered rseq area (magpie registers its own here, where
-   glibc has none: os_fence.c theory 2). */
 size_t mag_few_threads(void) {
   return opt.percpu_threads ? opt.percpu_threads : 2 * (size_t)os_cpu_count();
 }
 
+/* Per-CPU magazines go to the threads beyond the first percpu_threads (twice the CPUs by
+   default), where the thread has a registered rseq area (magpie registers its own here, where
+   glibc has none: os_fence.c theory 2). */
 char *mag_cpu_for_thread(unsigned live) {
 #if RSEQ_SUPPORTED
   if (!mag_cpus || live <= mag_few_threads()) return NULL;

@@ -195,8 +195,8 @@ static void slab_own(cache_t *cp, slab_t *s, uint32_t owner) {
    home's own slab at once, unless another home's hashed to the same slot since: then the
    list is walked (homes are few: mag.c theory 10), and the slot is the home's again. */
 static slab_t *slab_home(cache_t *cp, uint32_t home) {
-  slab_t **slot = &cp->homes[slab_home_slot(home)], *s = *slot;
   if (!home) return cp->partial;
+  slab_t **slot = &cp->homes[slab_home_slot(home)], *s = *slot;
   if (s && s->owner == home) return s;
   s = cp->owned;
   for (unsigned i = 0; i < cp->owners; i++, s = s->next)

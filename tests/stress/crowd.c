@@ -9,9 +9,9 @@
  * homes' slabs (one a CPU or early thread and class: slab.c theory 8; plus, where
  * threads keep magazines of their own - percpu=0, or no rseq - a budget a thread for them; the
  * slabs' room within the multiple all the same), and after the crowd's allocations each class
- * may have one partly used slab a home (a CPU, or one of the first threads: slab.c theory 8) and
- * one shared, not one a thread (docs/decisions/crowd-made-once.md). Run with hugepages=never: huge
- * pages map in 2 MiB steps.
+ * may have one partly used slab a home (a CPU, or one of the first threads: slab.c theory 8)
+ * and one shared, not one a thread (docs/decisions/crowd-made-once.md). Run with
+ * hugepages=never: huge pages map in 2 MiB steps.
  *
  * In the test build libmagpie_inject.so with MAGPIE_OPTIONS=inject=SEED the unlocked window is
  * held open at those points (INJECT_UNLOCKED, src/platform/inject.h), so that crowds form there
