@@ -6,7 +6,9 @@
 #   allocators.txt  the bundle's allocators (name|library|version)
 #   failures.log    the last lines of stderr of each failed run
 #   stats/          magpie's exit report of each of its runs (MAGPIE_OPTIONS=stats=json), named
-#                   WORKLOAD-tTHREADS-rREP.json: bench/scaling.py tabulates its misses and locks
+#                   WORKLOAD-tTHREADS-rREP.json, and in stats/NAME/ those of each other build
+#                   of magpie's (bench/bundle.sh -B, -V): bench/scaling.py tabulates their
+#                   misses and locks
 # Summarise it anywhere with python3: python3 bench/scaling.py --from-bundle OUTDIR
 #
 #   bundle/run.sh [OUTDIR]    (default $OUT, else bundle/out)
@@ -152,8 +154,16 @@ while [ $rep -le "$REPS" ] && [ "$ended" = complete ]; do
       lib=${pair#*|}
       rm -f "$tmp/stat"
       mopts= # magpie's counters, written at its exit: the run itself is the same
-      [ "$name" = magpie ] && [ "${STATS:-1}" != 0 ] &&
-        mopts="stats=json,stats_file=$out/stats/$wl-t$t-r$rep.json"
+      if [ "${STATS:-1}" != 0 ]; then
+        case $name in
+        magpie) mopts="stats=json,stats_file=$out/stats/$wl-t$t-r$rep.json" ;;
+        *\[*) ;; # a variant: its options are its own
+        mag*) # another build of magpie's: its reports in a folder of its own
+          mkdir -p "$out/stats/$name"
+          mopts="stats=json,stats_file=$out/stats/$name/$wl-t$t-r$rep.json"
+          ;;
+        esac
+      fi
       vset= # a variant's option set, '+' made ','
       case $name in
       *\[*)

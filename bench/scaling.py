@@ -471,6 +471,14 @@ def magpie_counters(stats_dir):
     return out
 
 
+def build_counters(stats_dir):
+    """{build: magpie_counters} of the other builds of magpie's whose reports the bundle's
+    run.sh put in folders of their own under stats_dir (bench/bundle.sh -B, -V)."""
+    subs = sorted(os.listdir(stats_dir)) if os.path.isdir(stats_dir) else []
+    return {d: magpie_counters(os.path.join(stats_dir, d)) for d in subs
+            if os.path.isdir(os.path.join(stats_dir, d))}
+
+
 def counters_report(data, stats, names, threads, allocs):
     """The Markdown lines of the hardware counters per operation: magpie, its variants and the
     best peer of each cell, medians over their runs; or why there are none."""
@@ -643,6 +651,10 @@ def report(data):
                 "that went past a thread's or CPU's magazines; the busiest class is the one "
                 "with the most allocations; a lock's wait is the time its contended "
                 "acquisitions waited.", "", counters_table(data["magpie_counters"])]
+    for name, counters in sorted(data.get("build_counters", {}).items()):
+        if counters:
+            out += ["", "## %s's own counters (its exit reports)" % name, "",
+                    "As magpie's, for this other build of it.", "", counters_table(counters)]
     fails = [(c["workload"], c["threads"], c["allocator"], f) for c in data["cells"]
              for f in c["failures"]]
     if fails:
@@ -756,11 +768,12 @@ def nice_step(v):
 # ---- results ----------------------------------------------------------------------------------
 
 def build_data(rows, allocs, skipped, machine, reps, command, note="", preloads_checked=True,
-               counters=()):
+               counters=(), build_counters=None):
     stats = summarise(rows)
     return {"mode": "scaling", "machine": machine, "reps": reps, "command": command,
             "note": note, "preloads_checked": preloads_checked,
             "magpie_counters": list(counters),
+            "build_counters": dict(build_counters or {}),
             "allocators": [{"name": n, "preload": p, "version": v} for n, p, v in allocs],
             "skipped": [{"name": n, "why": y} for n, y in skipped],
             "workloads": [{"name": w[0], "desc": w[1], "program": "bench_" + w[2],
@@ -817,9 +830,10 @@ def from_bundle(folder, note, keep=True):
     allocs = [a for a in allocs if a[0] in seen] + \
         [(a, None, "?") for a in seen if a not in [x[0] for x in allocs]]
     reps = max([int(r["rep"]) for r in rows] or [0])
+    stats_dir = os.path.join(folder, "stats")
     data = build_data(rows, allocs, [], machine, reps, ["--from-bundle", folder], note,
-                      machine.get("preloads") == "ok",
-                      magpie_counters(os.path.join(folder, "stats")))
+                      machine.get("preloads") == "ok", magpie_counters(stats_dir),
+                      build_counters(stats_dir))
     if keep:
         save(data, os.path.join(folder, "scaling"), "runs.csv")
     print(report(data))
