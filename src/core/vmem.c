@@ -22,7 +22,11 @@
  *      fourfold once it holds more segments than buckets (the new table mapped and the old one
  *      unmapped outside the lock: theory 10); the first table is part of the arena.
  *   5. Quantum caches: freed allocations of 1..VMEM_QCACHE_MAX quanta are kept (a few per size)
- *      as allocated segments and handed out again without splitting or coalescing.
+ *      as allocated segments and handed out again without splitting or coalescing, to any
+ *      request of their size whose alignment their address has (a slab's span is aligned to
+ *      its size: a cached one serves the next slab of that span). A caller that keeps spans at
+ *      hand itself (the slab layer's stashes, slab.c theory 9) takes several under one hold of
+ *      the lock (vmem_alloc_some: cached and free space only, no import).
  *   6. A request that finds no free space imports import_min bytes, or, flagged VMEM_OWN, a
  *      span of exactly its size. An allocation that fills its whole span is resized by the
  *      parent when it can remap (mremap for the heap arena): page tables move, not bytes, so
@@ -409,6 +413,62 @@ static void vmem_spare_drop(vmem_t *vm, const vmem_spare_t *spare) {
   if (spare->seg) meta_free(&vmem_seg_pool, spare->seg);
 }
 
+/* Cuts an allocation of size bytes aligned to align out of free segment s (lock held): the
+   allocated segment, or NULL where no tag was to be had (s stays free). */
+static vmem_seg_t *seg_carve(vmem_t *vm, vmem_seg_t *s, size_t size, size_t align) {
+  free_remove(vm, s);
+  uintptr_t start = (s->start + align - 1) & ~(uintptr_t)(align - 1);
+  if (start > s->start) { /* leave the unaligned head free */
+    vmem_seg_t *rest = seg_split(s, start - s->start);
+    free_insert(vm, s);
+    if (!rest) return NULL;
+    s = rest;
+  }
+  if (s->size > size) {
+    vmem_seg_t *tail = seg_split(s, size);
+    if (!tail) {
+      free_insert(vm, s);
+      return NULL;
+    }
+    free_insert(vm, tail);
+  }
+  if (!s->clean) vm->dirty -= size;
+  hash_insert(vm, s);
+  vm->in_use += size;
+  s->span->used += size;
+  return s;
+}
+
+/* A quantum cache's allocation of size bytes aligned to align (lock held), or NULL. */
+static void *qcache_take(vmem_t *vm, size_t size, size_t align) {
+  size_t n = size / vm->quantum;
+  if (n > VMEM_QCACHE_MAX) return NULL;
+  for (unsigned i = vm->qcache_n[n]; i-- > 0;) {
+    void *p = vm->qcache[n][i];
+    if ((uintptr_t)p & (align - 1)) continue;
+    vm->qcache[n][i] = vm->qcache[n][--vm->qcache_n[n]];
+    return p;
+  }
+  return NULL;
+}
+
+unsigned vmem_alloc_some(vmem_t *vm, size_t size, size_t align, void **out, bool *clean,
+                         unsigned n) {
+  unsigned k = 0;
+  lock_acquire(&vm->lock);
+  for (; k < n && (out[k] = qcache_take(vm, size, align)); k++)
+    clean[k] = false;
+  for (vmem_seg_t *s;
+       k < n && (s = vmem_find(vm, size, align)) && (s = seg_carve(vm, s, size, align)); k++) {
+    out[k] = (void *)s->start;
+    clean[k] = s->clean;
+  }
+  size_t grow = vm->hash_count > vm->hash_size ? vm->hash_size * 4 : 0;
+  lock_release(&vm->lock);
+  if (grow) hash_grow(vm, grow);
+  return k;
+}
+
 void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) {
   size_t q = vm->quantum;
   if (size == 0 || size > SIZE_MAX - q) return NULL;
@@ -417,12 +477,11 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   bool own = (flags & VMEM_OWN) != 0; /* only shapes the import, if one is needed */
   vmem_spare_t spare = {NULL, 0, NULL, NULL, false};
   lock_acquire(&vm->lock);
-  size_t n = size / q;
-  if (align == q && n <= VMEM_QCACHE_MAX && vm->qcache_n[n] > 0) {
-    void *p = vm->qcache[n][--vm->qcache_n[n]];
+  void *cached = qcache_take(vm, size, align);
+  if (cached) {
     lock_release(&vm->lock);
     *clean = false;
-    return p;
+    return cached;
   }
   vmem_seg_t *s;
   for (;;) {
@@ -435,29 +494,7 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   }
   if (!s && own && align == q && vm->remap) s = span_regrow(vm, size, &spare);
   if (!s && !(s = vmem_import(vm, size, align, own, &spare))) goto fail;
-  free_remove(vm, s);
-  uintptr_t start = (s->start + align - 1) & ~(uintptr_t)(align - 1);
-  if (start > s->start) { /* leave the unaligned head free */
-    vmem_seg_t *rest = seg_split(s, start - s->start);
-    if (!rest) {
-      free_insert(vm, s);
-      goto fail;
-    }
-    free_insert(vm, s);
-    s = rest;
-  }
-  if (s->size > size) {
-    vmem_seg_t *tail = seg_split(s, size);
-    if (!tail) {
-      free_insert(vm, s);
-      goto fail;
-    }
-    free_insert(vm, tail);
-  }
-  if (!s->clean) vm->dirty -= size;
-  hash_insert(vm, s);
-  vm->in_use += size;
-  s->span->used += size;
+  if (!(s = seg_carve(vm, s, size, align))) goto fail;
   size_t grow = vm->hash_count > vm->hash_size ? vm->hash_size * 4 : 0;
   void *p = (void *)s->start;
   *clean = s->clean;

@@ -1,7 +1,8 @@
 /*
  * vmem against a fake parent: randomised allocations (sizes, alignments, own spans) and frees,
  * each block stamped at both ends and checked at free (no overlap), the arena's invariants
- * checked after every operation (vmem_check), in-place resize, quantum caches, that a full
+ * checked after every operation (vmem_check), in-place resize, quantum caches (aligned requests
+ * served from them too), several allocations under one hold of the lock, that a full
  * reap gives every imported span back to the parent, that pages go back and spans come in and
  * are remapped with the arena's lock free (the linker wraps os_purge_list_run here:
  * tests/unit/CMakeLists.txt), threads that import at once keeping one span; and that a purge
@@ -416,8 +417,31 @@ int main(void) {
   void *b = vmem_alloc(&vm, 3 * OS_PAGE, 1, 0, &clean);
   UCHECK(b == a && !clean);
   vmem_free(&vm, b, 3 * OS_PAGE);
+  /* to an aligned request too, where its address has the alignment: a slab's span */
+  void *span = vmem_alloc(&vm, 16 * OS_PAGE, 16 * OS_PAGE, 0, &clean);
+  UCHECK(span && ((uintptr_t)span & (16 * OS_PAGE - 1)) == 0);
+  vmem_free(&vm, span, 16 * OS_PAGE);
+  UCHECK(vmem_alloc(&vm, 16 * OS_PAGE, 16 * OS_PAGE, 0, &clean) == span && !clean);
+  /* several under one hold of the lock: the cached one, then free space; none imported */
+  enum { SOME = 8 };
+  void *some[SOME];
+  bool some_clean[SOME];
+  size_t imported = vm.imported;
+  uint64_t taken = vm.lock.acquisitions;
+  vmem_free(&vm, span, 16 * OS_PAGE);
+  UCHECK(vmem_alloc_some(&vm, 16 * OS_PAGE, 16 * OS_PAGE, some, some_clean, SOME) == SOME);
+  UCHECK(vm.lock.acquisitions == taken + 2 && vm.imported == imported && some[0] == span);
+  for (int i = 0; i < SOME; i++) {
+    UCHECK(((uintptr_t)some[i] & (16 * OS_PAGE - 1)) == 0);
+    for (int j = 0; j < i; j++)
+      UCHECK(some[i] != some[j]);
+  }
+  vmem_check(&vm);
+  for (int i = 0; i < SOME; i++)
+    vmem_free(&vm, some[i], 16 * OS_PAGE);
   vmem_reap(&vm, 0, true);
   UCHECK(vm.imported == 0 && parent.nspans == 0);
+  UCHECK(vmem_alloc_some(&vm, OS_PAGE, OS_PAGE, some, some_clean, SOME) == 0); /* no import */
   pack_test(&parent);
   unlocked_test(&parent);
   import_test(&parent);
