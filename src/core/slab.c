@@ -96,8 +96,16 @@
  *      SLAB_HOME_MAX and of object caches: a home's slab keeps pages resident for its blocks
  *      and the free objects among them, the more the bigger the blocks, where a page holds
  *      too few blocks of them for several homes' to meet on it often.
- *   Lock order: fork.c's list (slab_lock, then the slab and heap arenas' locks, then metadata
- *   pools).
+ *   9. Spans at hand: slabs of the slab arena's common span (SLAB_STASH_SPAN: every class of a
+ *      page at most) take their spans from a stash kept by CPU (os_cpu_now, SLAB_STASH_SLOTS
+ *      slots), which takes SLAB_STASH_SPANS of them from the arena under one hold of its lock
+ *      (vmem_alloc_some), and slabs that empty put theirs back there while it has room. The
+ *      arena's lock is one for every thread, and a crowd of threads that start at once each
+ *      make a slab per class (theory 8). A stash's lock is only tried, never waited for: a
+ *      thread whose holder was preempted goes to the arena instead. A quiet heap's reap and a
+ *      trim give the stashed spans back (slab_stash_flush); a fork's child frees the locks.
+ *   Lock order: fork.c's list (slab_lock; a stash's lock; the slab and heap arenas' locks;
+ *   metadata pools).
  */
 #include "slab.h"
 #include "hugepage.h"
@@ -212,10 +220,76 @@ static vmem_t *slab_arena_of(const slab_t *s) {
 /* A new slab for cp, its pages mapped to it, not yet listed; NULL when memory ran out. Without
    the slab lock: the arena and the page map (a new leaf, a fresh span's mapping) are slow,
    and a thread preempted there would hold up every thread that misses in the class. */
+/* Theory 9: a stash's spans, by CPU slot. */
+#define SLAB_STASH_SLOTS 64
+#define SLAB_STASH_SPANS 8
+#define SLAB_STASH_SPAN ((size_t)64 << 10)
+typedef struct __attribute__((aligned(64))) slab_stash {
+  lock_t lock;
+  unsigned n;
+  void *span[SLAB_STASH_SPANS]; /* [0, n): free spans of the slab arena's, the rest NULL */
+  bool clean[SLAB_STASH_SPANS];
+} slab_stash_t;
+static slab_stash_t slab_stash[SLAB_STASH_SLOTS];
+
+static slab_stash_t *slab_stash_here(void) {
+  return &slab_stash[os_cpu_now() % SLAB_STASH_SLOTS];
+}
+
+/* A span of SLAB_STASH_SPAN bytes from the stash of the CPU the thread runs on, filled from the
+   arena where empty; NULL where that stash is busy or the arena has no room (the caller goes
+   to the arena, which imports). */
+static void *slab_stash_take(bool *clean) {
+  slab_stash_t *st = slab_stash_here();
+  void *span = NULL;
+  if (!lock_try(&st->lock)) return NULL;
+  if (st->n == 0)
+    st->n = vmem_alloc_some(&slab_arena, SLAB_STASH_SPAN, SLAB_STASH_SPAN, st->span, st->clean,
+                            SLAB_STASH_SPANS);
+  if (st->n) {
+    span = st->span[--st->n];
+    st->span[st->n] = NULL; /* no stale pointer to the block a leak checker looks for */
+    *clean = st->clean[st->n];
+  }
+  lock_release(&st->lock);
+  return span;
+}
+
+/* Keeps a free span of SLAB_STASH_SPAN bytes in the stash of the CPU the thread runs on;
+   false where that one is busy or full (the caller gives it to the arena). */
+static bool slab_stash_put(void *span) {
+  slab_stash_t *st = slab_stash_here();
+  bool kept = false;
+  if (!lock_try(&st->lock)) return false;
+  if (st->n < SLAB_STASH_SPANS) {
+    st->span[st->n] = span;
+    st->clean[st->n++] = false;
+    kept = true;
+  }
+  lock_release(&st->lock);
+  return kept;
+}
+
+void slab_stash_flush(void) {
+  for (unsigned i = 0; i < SLAB_STASH_SLOTS; i++) {
+    slab_stash_t *st = &slab_stash[i];
+    lock_acquire(&st->lock);
+    for (; st->n; st->span[st->n] = NULL)
+      vmem_free(&slab_arena, st->span[--st->n], SLAB_STASH_SPAN);
+    lock_release(&st->lock);
+  }
+}
+
+void slab_stash_fork_child(void) {
+  for (unsigned i = 0; i < SLAB_STASH_SLOTS; i++)
+    lock_init(&slab_stash[i].lock);
+}
+
 static slab_t *slab_make(cache_t *cp) {
   bool clean;
   vmem_t *arena = hugepage_arena(cp->size);
-  void *span = vmem_alloc(arena, cp->span, cp->span, 0, &clean);
+  void *span = arena == &slab_arena && cp->span == SLAB_STASH_SPAN ? slab_stash_take(&clean) : NULL;
+  if (!span) span = vmem_alloc(arena, cp->span, cp->span, 0, &clean);
   if (!span && arena != &heap_arena) /* no whole huge page to be had: any free span will do */
     span = vmem_alloc(arena = &heap_arena, cp->span, cp->span, 0, &clean);
   if (!span) return NULL;
@@ -275,7 +349,8 @@ static void slab_release(cache_t *cp, slab_t *retired) {
       __atomic_sub_fetch(&slab_hollow_bytes, hollow, __ATOMIC_RELAXED);
       if (!s->from_heap) hugepage_slab_hollow((void *)s->base, -(ptrdiff_t)hollow, NULL);
     }
-    vmem_free(slab_arena_of(s), (void *)s->base, cp->span);
+    if (s->from_heap || cp->span != SLAB_STASH_SPAN || !slab_stash_put((void *)s->base))
+      vmem_free(slab_arena_of(s), (void *)s->base, cp->span);
     meta_free(slab_pool(cp), s);
   }
 }

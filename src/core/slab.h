@@ -41,6 +41,10 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run, uint32_t home
 /* The slabs that home owns in cp (every home's where home is 0) go back to the shared list
    (theory 8): the home's thread exits, a quiet heap's reap, a fork's child. */
 void slab_disown(cache_t *cp, uint32_t home);
+/* The spans the CPUs' stashes keep (theory 9) go back to the slab arena: a quiet heap's reap, a
+   trim. */
+void slab_stash_flush(void);
+void slab_stash_fork_child(void); /* the stashes' locks free again in a fork's child */
 /* Takes back n objects (destructing them first); reports objects that are not the cache's. */
 void slab_free(cache_t *cp, void **objs, unsigned n);
 /* Whether cp's slabs are packed into the slab arena's huge pages, where the pages of a slab

@@ -77,7 +77,9 @@ void cache_init(void) {
 
 /* Returns unneeded magazines (all of them when everything) and purges down to keep_dirty;
    a reap that keeps nothing gives back the free pages inside malloc's slabs too (slab.c theory
-   6; not in debug or memcheck mode, which keep records in free blocks: slab_pages_may_go). */
+   6; not in debug or memcheck mode, which keep records in free blocks: slab_pages_may_go), and
+   one that keeps nothing or takes everything the spans the CPUs keep at hand (slab.c theory
+   9). */
 static size_t cache_reap(bool everything, size_t keep_dirty) {
   mag_reclaim(everything);
   size_t given = 0;
@@ -92,6 +94,7 @@ static size_t cache_reap(bool everything, size_t keep_dirty) {
   for (cache_t *cp = cache_list; cp; cp = cp->next)
     depot_reap(cp, everything);
   lock_release(&cache_list_lock);
+  if (everything || keep_dirty == 0) slab_stash_flush();
   return given + hugepage_reap(keep_dirty, everything);
 }
 
@@ -336,6 +339,7 @@ void cache_fork_child(void) {
     report_fatal("fork: the child inherited pages half given back", NULL, heap_arena.unlocked);
   lock_init(&heap_arena.lock);
   lock_init(&slab_arena.lock);
+  slab_stash_fork_child();
   cache_for_all(cache_init_locks);
   /* Threads are not copied by fork. The child of a multithreaded process may only call
      async-signal-safe functions until it execs (POSIX; ThreadSanitizer kills it otherwise), so

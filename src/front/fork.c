@@ -53,7 +53,8 @@
  *    5. cache_list_lock (caches.c)
  *    6. mag_registry_lock, then a tcache's lock or a CPU's magazine lock (mag.c, mag_percpu.c)
  *    7. a cache's depot lock, then its slab lock (depot.c, slab.c)
- *    8. the slab arena's lock, then the heap arena's (hugepage.c, vmem.c)
+ *    8. a span stash's lock (slab.c theory 9: only ever tried; fork takes none, the child frees
+ *       them), then the slab arena's lock, then the heap arena's (hugepage.c, vmem.c)
  *    9. meta_pools_lock, then a metadata pool's lock (meta.c)
  * Locks of one level are taken together only by fork: CPUs by number, caches in cache_for_all's
  * order, pools in list order. Thread caches' own locks are not taken by fork: the child keeps

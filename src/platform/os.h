@@ -108,6 +108,7 @@ bool os_rseq_available(void);   /* an rseq area was chosen: glibc's or magpie's 
 ptrdiff_t os_rseq_offset(void); /* of the area from the thread pointer (if available) */
 void os_rseq_register(void);    /* registers the calling thread's area, where it is magpie's */
 unsigned os_cpu_possible(void); /* 1 + the highest CPU id the kernel may use; 0 if unknown */
+unsigned os_cpu_now(void);      /* the CPU the thread runs on (a hint: it may move at once) */
 /* Registers for os_fence_rseq (membarrier); false if the kernel refuses. */
 bool os_fence_rseq_register(void);
 /* Restarts the restartable sequences running on cpu, with a full memory barrier there. */

@@ -109,6 +109,11 @@ unsigned os_cpu_count(void) {
   return os_ncpu;
 }
 
+unsigned os_cpu_now(void) {
+  int cpu = sched_getcpu(); /* glibc reads its rseq area, or the vDSO's getcpu */
+  return cpu < 0 ? 0 : (unsigned)cpu;
+}
+
 unsigned os_cpu_possible(void) {
   char buf[256]; /* "0-N", or a list such as "0,2-5": the last number is the highest id */
   if (os_read_file("/sys/devices/system/cpu/possible", buf, sizeof buf) <= 0) return 0;

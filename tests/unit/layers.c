@@ -22,13 +22,15 @@
  *     they go back with the slab lock free, no object on them is handed out meanwhile, and
  *     one of them freed meanwhile is reported as a double free (the linker wraps
  *     os_purge_list_run: tests/unit/CMakeLists.txt);
+ *   - slabs that empty keep their spans at hand in the CPU's stash, slabs made take them back,
+ *     the arena fills a stash a batch at a time, and a trim empties them (slab.c theory 9);
  *   - a thread starts and exits while another holds the registry's lock, counted once;
  *   - a class the thread stopped allocating sends its cached blocks home within a few sweep
  *     intervals of misses elsewhere, its depot's too (a class of blocks over a page, its
  *     depot's only); a class it allocates keeps them; a depot others take from keeps its own.
  * Malloc's magazines are per thread here (percpu=0); tests/unit/percpu.c tests the per-CPU ones.
  */
-#define _GNU_SOURCE /* pthread_timedjoin_np */
+#define _GNU_SOURCE /* pthread_timedjoin_np, sched_getcpu */
 #include "cache.h"
 #include "depot.h"
 #include "fastpath.h"
@@ -44,6 +46,7 @@
 #include "unit.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <time.h>
 #include <signal.h>
 #include <string.h>
@@ -403,6 +406,61 @@ static void slab_homes(void) {
   UCHECK(slab_of((cache_t *)oc, x)->owner == 0);
   slab_free((cache_t *)oc, &x, 1);
   magpie_cache_destroy(oc);
+}
+
+/* The slab arena's bytes in use but for its quantum caches (in slabs and stashes), and its
+   lock's acquisitions so far, this read's excluded. */
+static size_t slab_arena_in_use(uint64_t *acquisitions) {
+  lock_acquire(&slab_arena.lock);
+  size_t in_use = slab_arena.in_use;
+  for (size_t n = 1; n <= VMEM_QCACHE_MAX; n++)
+    in_use -= slab_arena.qcache_n[n] * n * slab_arena.quantum;
+  *acquisitions = slab_arena.lock.acquisitions - 1;
+  lock_release(&slab_arena.lock);
+  return in_use;
+}
+
+/* Takes n objects of cp from the slab layer (several slabs' worth), home none. */
+static void slab_take_all(cache_t *cp, void **o, unsigned n) {
+  for (unsigned got = 0, k; got < n; got += k)
+    UCHECK((k = slab_alloc(cp, o + got, n - got, false, 0)) > 0);
+}
+
+/* Spans at hand (slab.c theory 9): slabs that empty leave their spans in the stash of the CPU
+   the thread runs on, up to its room, the rest to the arena; slabs made take them there again,
+   the arena filling an empty stash several at a time under one hold of its lock; a trim gives
+   the stashed spans back. */
+static void span_stash(void) {
+  enum { SLABS = 16, ROOM = 8 };
+  cpu_set_t all, one;
+  UCHECK(sched_getaffinity(0, sizeof all, &all) == 0);
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu(), &one);
+  UCHECK(sched_setaffinity(0, sizeof one, &one) == 0); /* one stash throughout */
+  magpie_cache_t *oc = magpie_cache_create("stash", 1000, 0, NULL, NULL, NULL, 0);
+  cache_t *cp = (cache_t *)oc;
+  UCHECK(oc && cp->span == (size_t)64 << 10 && hugepage_arena(cp->size) == &slab_arena);
+  unsigned n = SLABS * cp->per_slab;
+  void **o = malloc(n * sizeof *o);
+  UCHECK(o != NULL);
+  magpie_trim();
+  uint64_t before, after;
+  size_t base = slab_arena_in_use(&before);
+  slab_take_all(cp, o, n);
+  UCHECK(cp->slabs == SLABS);
+  slab_free(cp, o, n); /* ROOM spans to the stash, the rest to the arena */
+  UCHECK(cp->slabs == 0 && slab_arena_in_use(&before) == base + ROOM * cp->span);
+  slab_take_all(cp, o, n);
+  size_t in_use = slab_arena_in_use(&after);
+  UCHECK(cp->slabs == SLABS && in_use == base + SLABS * cp->span);
+  UCHECK(after - before <= SLABS / ROOM + 1); /* the stash's ROOM, then batches */
+  slab_free(cp, o, n);
+  UCHECK(slab_arena_in_use(&after) == base + ROOM * cp->span);
+  magpie_trim();
+  UCHECK(slab_arena_in_use(&after) == base);
+  magpie_cache_destroy(oc);
+  free(o);
+  UCHECK(sched_setaffinity(0, sizeof all, &all) == 0);
 }
 
 /* A thread's slabs: its own while it runs (where it is homed, mag.c theory 10), shared once it
@@ -1076,6 +1134,7 @@ int main(int argc, char **argv) {
   give_back_carving();
   slab_homes();
   homed_thread_exits();
+  span_stash();
 
   /* 14. a thread starts while another holds the registry's lock: it takes none */
   start_unlocked();
