@@ -304,6 +304,7 @@ void hugepage_stats(hugepage_stats_t *out) {
   lock_release(&slab_arena.lock);
   out->partial_free_bytes = o.partial_free;
   out->slab_hollow_bytes = __atomic_load_n(&slab_hollow_bytes, __ATOMIC_RELAXED);
+  out->slab_stashed_bytes = __atomic_load_n(&slab_stashed_bytes, __ATOMIC_RELAXED);
   out->collapses = __atomic_load_n(&hp.collapses, __ATOMIC_RELAXED);
   out->collapse_failures = __atomic_load_n(&hp.collapse_failures, __ATOMIC_RELAXED);
   out->subreleases = __atomic_load_n(&hp.subreleases, __ATOMIC_RELAXED);

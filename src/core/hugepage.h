@@ -22,6 +22,7 @@ typedef struct hugepage_stats {
   uint64_t slab_bytes;         /* bytes the slab arena holds */
   uint64_t partial_free_bytes; /* free bytes inside partly used slab huge pages */
   uint64_t slab_hollow_bytes;  /* bytes given back inside slabs (slab.c theory 6), any arena */
+  uint64_t slab_stashed_bytes; /* free spans kept at hand by CPU (slab.c theory 9) */
   uint64_t collapses, collapse_failures, subreleases;
 } hugepage_stats_t;
 

@@ -231,6 +231,7 @@ typedef struct __attribute__((aligned(64))) slab_stash {
   bool clean[SLAB_STASH_SPANS];
 } slab_stash_t;
 static slab_stash_t slab_stash[SLAB_STASH_SLOTS];
+size_t slab_stashed_bytes;
 
 static slab_stash_t *slab_stash_here(void) {
   return &slab_stash[os_cpu_now() % SLAB_STASH_SLOTS];
@@ -243,10 +244,13 @@ static void *slab_stash_take(bool *clean) {
   slab_stash_t *st = slab_stash_here();
   void *span = NULL;
   if (!lock_try(&st->lock)) return NULL;
-  if (st->n == 0)
+  if (st->n == 0) {
     st->n = vmem_alloc_some(&slab_arena, SLAB_STASH_SPAN, SLAB_STASH_SPAN, st->span, st->clean,
                             SLAB_STASH_SPANS);
+    __atomic_add_fetch(&slab_stashed_bytes, st->n * SLAB_STASH_SPAN, __ATOMIC_RELAXED);
+  }
   if (st->n) {
+    __atomic_sub_fetch(&slab_stashed_bytes, SLAB_STASH_SPAN, __ATOMIC_RELAXED);
     span = st->span[--st->n];
     st->span[st->n] = NULL; /* no stale pointer to the block a leak checker looks for */
     *clean = st->clean[st->n];
@@ -262,6 +266,7 @@ static bool slab_stash_put(void *span) {
   bool kept = false;
   if (!lock_try(&st->lock)) return false;
   if (st->n < SLAB_STASH_SPANS) {
+    __atomic_add_fetch(&slab_stashed_bytes, SLAB_STASH_SPAN, __ATOMIC_RELAXED);
     st->span[st->n] = span;
     st->clean[st->n++] = false;
     kept = true;
@@ -274,6 +279,7 @@ void slab_stash_flush(void) {
   for (unsigned i = 0; i < SLAB_STASH_SLOTS; i++) {
     slab_stash_t *st = &slab_stash[i];
     lock_acquire(&st->lock);
+    __atomic_sub_fetch(&slab_stashed_bytes, st->n * SLAB_STASH_SPAN, __ATOMIC_RELAXED);
     for (; st->n; st->span[st->n] = NULL)
       vmem_free(&slab_arena, st->span[--st->n], SLAB_STASH_SPAN);
     lock_release(&st->lock);

@@ -27,8 +27,9 @@ struct slab {
   uint64_t map[];  /* bit i set: object i (< carved) came back and is free */
 };
 
-extern vmem_t heap_arena;        /* where large blocks and the slab arena's huge pages come from */
-extern size_t slab_hollow_bytes; /* bytes of slabs given back inside them now (atomic) */
+extern vmem_t heap_arena;         /* where large blocks and the slab arena's huge pages come from */
+extern size_t slab_hollow_bytes;  /* bytes of slabs given back inside them now (atomic) */
+extern size_t slab_stashed_bytes; /* free spans the CPUs' stashes keep (theory 9; atomic) */
 /* Whether free blocks may lose their pages (theories 6 and 7): set at bring-up, off in debug
    and memcheck modes, which keep records in free blocks. */
 extern bool slab_pages_may_go;

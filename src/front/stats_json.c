@@ -145,6 +145,7 @@ void stats_write_json(report_buf_t *b) {
   json_field(b, "slab_bytes", h->slab_bytes);
   json_field(b, "partial_free_bytes", h->partial_free_bytes);
   json_field(b, "slab_hollow_bytes", h->slab_hollow_bytes);
+  json_field(b, "slab_stashed_bytes", h->slab_stashed_bytes);
   json_field(b, "collapses", h->collapses);
   json_field(b, "collapse_failures", h->collapse_failures);
   json_field(b, "subreleases", h->subreleases);

@@ -111,7 +111,9 @@ void stats_write_text(report_buf_t *b) {
   report_str(b, h->thp);
   report_str(b, "; ");
   report_bytes_width(b, h->slab_bytes, 0);
-  report_str(b, " in slab huge pages, ");
+  report_str(b, " in slab huge pages (");
+  report_bytes_width(b, h->slab_stashed_bytes, 0);
+  report_str(b, " of free spans at hand), ");
   report_count_width(b, h->collapses, 0);
   report_str(b, " collapses, ");
   report_count_width(b, h->subreleases, 0);

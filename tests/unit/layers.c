@@ -450,6 +450,7 @@ static void span_stash(void) {
   UCHECK(cp->slabs == SLABS);
   slab_free(cp, o, n); /* ROOM spans to the stash, the rest to the arena */
   UCHECK(cp->slabs == 0 && slab_arena_in_use(&before) == base + ROOM * cp->span);
+  UCHECK(slab_stashed_bytes == ROOM * cp->span);
   slab_take_all(cp, o, n);
   size_t in_use = slab_arena_in_use(&after);
   UCHECK(cp->slabs == SLABS && in_use == base + SLABS * cp->span);
@@ -457,7 +458,7 @@ static void span_stash(void) {
   slab_free(cp, o, n);
   UCHECK(slab_arena_in_use(&after) == base + ROOM * cp->span);
   magpie_trim();
-  UCHECK(slab_arena_in_use(&after) == base);
+  UCHECK(slab_arena_in_use(&after) == base && slab_stashed_bytes == 0);
   magpie_cache_destroy(oc);
   free(o);
   UCHECK(sched_setaffinity(0, sizeof all, &all) == 0);
