@@ -217,9 +217,6 @@ static vmem_t *slab_arena_of(const slab_t *s) {
   return s->from_heap ? &heap_arena : &slab_arena;
 }
 
-/* A new slab for cp, its pages mapped to it, not yet listed; NULL when memory ran out. Without
-   the slab lock: the arena and the page map (a new leaf, a fresh span's mapping) are slow,
-   and a thread preempted there would hold up every thread that misses in the class. */
 /* Theory 9: a stash's spans, by CPU slot. */
 #define SLAB_STASH_SLOTS 64
 #define SLAB_STASH_SPANS 8
@@ -228,7 +225,6 @@ typedef struct __attribute__((aligned(64))) slab_stash {
   lock_t lock;
   unsigned n;
   void *span[SLAB_STASH_SPANS]; /* [0, n): free spans of the slab arena's, the rest NULL */
-  bool clean[SLAB_STASH_SPANS];
 } slab_stash_t;
 static slab_stash_t slab_stash[SLAB_STASH_SLOTS];
 size_t slab_stashed_bytes;
@@ -240,12 +236,12 @@ static slab_stash_t *slab_stash_here(void) {
 /* A span of SLAB_STASH_SPAN bytes from the stash of the CPU the thread runs on, filled from the
    arena where empty; NULL where that stash is busy or the arena has no room (the caller goes
    to the arena, which imports). */
-static void *slab_stash_take(bool *clean) {
+static void *slab_stash_take(void) {
   slab_stash_t *st = slab_stash_here();
   void *span = NULL;
   if (!lock_try(&st->lock)) return NULL;
   if (st->n == 0) {
-    st->n = vmem_alloc_some(&slab_arena, SLAB_STASH_SPAN, SLAB_STASH_SPAN, st->span, st->clean,
+    st->n = vmem_alloc_some(&slab_arena, SLAB_STASH_SPAN, SLAB_STASH_SPAN, st->span, NULL,
                             SLAB_STASH_SPANS);
     __atomic_add_fetch(&slab_stashed_bytes, st->n * SLAB_STASH_SPAN, __ATOMIC_RELAXED);
   }
@@ -253,7 +249,6 @@ static void *slab_stash_take(bool *clean) {
     __atomic_sub_fetch(&slab_stashed_bytes, SLAB_STASH_SPAN, __ATOMIC_RELAXED);
     span = st->span[--st->n];
     st->span[st->n] = NULL; /* no stale pointer to the block a leak checker looks for */
-    *clean = st->clean[st->n];
   }
   lock_release(&st->lock);
   return span;
@@ -267,8 +262,7 @@ static bool slab_stash_put(void *span) {
   if (!lock_try(&st->lock)) return false;
   if (st->n < SLAB_STASH_SPANS) {
     __atomic_add_fetch(&slab_stashed_bytes, SLAB_STASH_SPAN, __ATOMIC_RELAXED);
-    st->span[st->n] = span;
-    st->clean[st->n++] = false;
+    st->span[st->n++] = span;
     kept = true;
   }
   lock_release(&st->lock);
@@ -291,10 +285,13 @@ void slab_stash_fork_child(void) {
     lock_init(&slab_stash[i].lock);
 }
 
+/* A new slab for cp, its pages mapped to it, not yet listed; NULL when memory ran out. Without
+   the slab lock: the arena and the page map (a new leaf, a fresh span's mapping) are slow,
+   and a thread preempted there would hold up every thread that misses in the class. */
 static slab_t *slab_make(cache_t *cp) {
   bool clean;
   vmem_t *arena = hugepage_arena(cp->size);
-  void *span = arena == &slab_arena && cp->span == SLAB_STASH_SPAN ? slab_stash_take(&clean) : NULL;
+  void *span = arena == &slab_arena && cp->span == SLAB_STASH_SPAN ? slab_stash_take() : NULL;
   if (!span) span = vmem_alloc(arena, cp->span, cp->span, 0, &clean);
   if (!span && arena != &heap_arena) /* no whole huge page to be had: any free span will do */
     span = vmem_alloc(arena = &heap_arena, cp->span, cp->span, 0, &clean);

@@ -457,11 +457,11 @@ unsigned vmem_alloc_some(vmem_t *vm, size_t size, size_t align, void **out, bool
   unsigned k = 0;
   lock_acquire(&vm->lock);
   for (; k < n && (out[k] = qcache_take(vm, size, align)); k++)
-    clean[k] = false;
+    if (clean) clean[k] = false;
   for (vmem_seg_t *s;
        k < n && (s = vmem_find(vm, size, align)) && (s = seg_carve(vm, s, size, align)); k++) {
     out[k] = (void *)s->start;
-    clean[k] = s->clean;
+    if (clean) clean[k] = s->clean;
   }
   size_t grow = vm->hash_count > vm->hash_size ? vm->hash_size * 4 : 0;
   lock_release(&vm->lock);

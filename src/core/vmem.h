@@ -75,8 +75,9 @@ void vmem_init(vmem_t *vm, const char *name, size_t quantum, vmem_import_t *impo
 /* size bytes aligned to align (a power of two); *clean says whether they are known zero. */
 void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean);
 void vmem_free(vmem_t *vm, void *addr, size_t size);
-/* Up to n allocations of size bytes aligned to align (a multiple of the quantum) from the free
-   space there is, under one lock, none imported: out[0..k), clean[0..k); returns k. */
+/* Up to n allocations of size bytes aligned to align (a multiple of the quantum) from the
+   quantum caches and the free space there is, under one lock, none imported: out[0..k), and
+   clean[0..k) where clean is not NULL; returns k. */
 unsigned vmem_alloc_some(vmem_t *vm, size_t size, size_t align, void **out, bool *clean,
                          unsigned n);
 /* Grows or shrinks an allocation: in place (returns addr), or, for one that fills its span when
