@@ -102,8 +102,9 @@
  *      (vmem_alloc_some), and slabs that empty put theirs back there while it has room. The
  *      arena's lock is one for every thread, and a crowd of threads that start at once each
  *      make a slab per class (theory 8). A stash's lock is only tried, never waited for: a
- *      thread whose holder was preempted goes to the arena instead. A quiet heap's reap and a
- *      trim give the stashed spans back (slab_stash_flush); a fork's child frees the locks.
+ *      thread whose holder was preempted goes to the arena instead. A quiet heap's reap, a trim
+ *      and the reclaim after an allocation found no memory give the stashed spans back
+ *      (slab_stash_flush); a fork's child frees the locks.
  *   Lock order: fork.c's list (slab_lock; a stash's lock; the slab and heap arenas' locks;
  *   metadata pools).
  */

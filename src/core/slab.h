@@ -43,7 +43,7 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run, uint32_t home
    (theory 8): the home's thread exits, a quiet heap's reap, a fork's child. */
 void slab_disown(cache_t *cp, uint32_t home);
 /* The spans the CPUs' stashes keep (theory 9) go back to the slab arena: a quiet heap's reap, a
-   trim. */
+   trim, the reclaim after an allocation found no memory. */
 void slab_stash_flush(void);
 void slab_stash_fork_child(void); /* the stashes' locks free again in a fork's child */
 /* Takes back n objects (destructing them first); reports objects that are not the cache's. */
