@@ -178,7 +178,11 @@ mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give, uint32_t taker) {
 
 mag_t *depot_mag_new(uint32_t cap) {
   mag_t *m = meta_alloc(&mag_pools[mag_pool_index(cap)]);
-  if (m) m->cap = cap;
+  if (!m) return NULL;
+  m->cap = cap;
+  /* Its pages mapped now, under no lock: its rounds and end marks are written under a CPU's
+     lock, where a page fault would be a preemption point (mag_percpu.c theory 5). */
+  os_touch(m, sizeof *m + (cap + 1) * sizeof(void *));
   return m;
 }
 

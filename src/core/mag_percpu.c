@@ -44,8 +44,10 @@
  *      a slow path under way, so it missed: the reap passes it by rather than wait for a holder
  *      that may be preempted (trim waits, mag_reclaim.c).
  *   5. A CPU's lock is never held across the slab layer (its lock, a fresh slab's mapping and
- *      page faults) or any system call but the fence: a thread preempted there would stall
- *      every thread on the CPU that misses (docs/decisions/cross-thread-frees.md). A refill
+ *      page faults) or any system call but the fence, nor across a page fault of its own (a
+ *      fault's return to the program is a preemption point, as a system call's is: a new
+ *      magazine's pages are mapped when it is made, depot.c): a thread preempted there would
+ *      stall every thread on the CPU that misses (docs/decisions/cross-thread-frees.md). A refill
  *      takes the empty previous magazine out of the pair and fills it after releasing the
  *      lock; a full one the depot does not keep leaves the pair and is drained after; an
  *      empty one the depot lacks is made after (a new magazine may map a metadata chunk), and
@@ -96,6 +98,7 @@ void mag_cpu_init(void) {
   mag_consts.rseq_area = os_rseq_offset();
   mag_ncpus = n;
   mag_consts.cpu_fence = os_fence_rseq_register();
+  INJECT_QUIET(cpus, n * sizeof(mag_cpu_t)); /* the CPUs' locks (theory 5) */
   mag_cpus = cpus;
 #endif
 }
@@ -103,9 +106,12 @@ void mag_cpu_init(void) {
 #if RSEQ_SUPPORTED
 /* Gives every CPU's record its sentinel pairs (the locks are free as mapped), once, before the
    first thread takes them: under mag_registry_lock, which fork's prepare holds to the parent
-   handler, so that the records fork locked are the records it unlocks. */
+   handler, so that the records fork locked are the records it unlocks. Their pages are mapped
+   before the lock (theory 5: a page fault is a preemption point, and a crowd of threads that
+   start together would each sleep behind a holder preempted there). */
 static void mag_cpu_setup(void) {
   if (__atomic_load_n(&mag_ncpus_used, __ATOMIC_ACQUIRE)) return;
+  (void)os_populate(mag_cpus, mag_ncpus * sizeof(mag_cpu_t)); /* else they fault as before */
   lock_acquire(&mag_registry_lock);
   if (!mag_ncpus_used) {
     for (unsigned i = 0; i < mag_ncpus; i++)

@@ -86,6 +86,7 @@ static void mag_thread_settle(tcache_t *tc, void **const *parked, bool fenced) {
    covered them. */
 void mag_reclaim(bool all) {
   mag_cpu_reclaim(all);
+  os_touch(mag_parked, sizeof mag_parked); /* written first under the registry's lock */
   mag_registry_enter();
   for (tcache_t *tc = mag_registry.next; tc != &mag_registry;) {
     tcache_t *batch[MAG_PARK_BATCH];

@@ -10,6 +10,10 @@
  *      Where the thread may use one CPU only, it yields instead.
  *   3. Raw system calls only: a point may be reached with any magpie lock held, in a signal
  *      handler or in a forked child; nothing here allocates or takes a lock.
+ *   4. Quiet locks (inject.h): a thread notes its page-fault count (getrusage, RUSAGE_THREAD)
+ *      when it takes one, and adds the difference to the count reported at exit when it lets
+ *      it go. It keeps up to 4 at once (the registry, then a CPU's); one taken beyond is not
+ *      watched, and one it no longer knows (forgotten, or taken before a fork) is ignored.
  */
 #define _GNU_SOURCE
 #include "inject.h"
@@ -17,12 +21,24 @@
 
 #include <sched.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 static uint64_t inject_seed;
 static uint64_t inject_counts[INJECT_POINTS]; /* atomic */
 static __thread uint64_t inject_state;        /* the thread's generator; 0: not seeded yet */
+
+#define INJECT_QUIET_RANGES 4
+#define INJECT_HELD 4
+static uintptr_t inject_quiet_start[INJECT_QUIET_RANGES], inject_quiet_end[INJECT_QUIET_RANGES];
+static unsigned inject_quiet_ranges; /* (atomic) */
+static uint64_t inject_quiet_faults; /* page faults under quiet locks (atomic) */
+static __thread struct {
+  const void *lock;
+  uint64_t faults; /* the thread's count when it took it */
+} inject_held[INJECT_HELD];
+static __thread unsigned inject_held_n;
 
 void inject_start(uint64_t seed) {
   inject_seed = seed;
@@ -43,6 +59,57 @@ __attribute__((destructor)) static void inject_report(void) {
       *--p = sep[k];
   }
   os_write_all(2, p, (size_t)(end - p + 1));
+  uint64_t v = __atomic_load_n(&inject_quiet_faults, __ATOMIC_RELAXED);
+  p = end;
+  do
+    *--p = (char)('0' + v % 10);
+  while (v /= 10);
+  static const char head[] = "magpie: inject: page faults under quiet locks: ";
+  p -= sizeof head - 1;
+  __builtin_memcpy(p, head, sizeof head - 1);
+  os_write_all(2, p, (size_t)(end - p + 1));
+}
+
+void inject_quiet(const void *start, size_t size) {
+  unsigned n = __atomic_load_n(&inject_quiet_ranges, __ATOMIC_RELAXED);
+  if (n == INJECT_QUIET_RANGES) return;
+  inject_quiet_start[n] = (uintptr_t)start;
+  inject_quiet_end[n] = (uintptr_t)start + size;
+  __atomic_store_n(&inject_quiet_ranges, n + 1, __ATOMIC_RELEASE);
+}
+
+static bool inject_is_quiet(const void *lock) {
+  for (unsigned i = 0, n = __atomic_load_n(&inject_quiet_ranges, __ATOMIC_ACQUIRE); i < n; i++)
+    if ((uintptr_t)lock >= inject_quiet_start[i] && (uintptr_t)lock < inject_quiet_end[i])
+      return true;
+  return false;
+}
+
+static uint64_t inject_thread_faults(void) {
+  struct rusage r;
+  if (syscall(SYS_getrusage, RUSAGE_THREAD, &r) != 0) return 0;
+  return (uint64_t)r.ru_minflt + (uint64_t)r.ru_majflt;
+}
+
+void inject_lock_taken(const void *lock) {
+  if (!inject_seed || inject_held_n == INJECT_HELD || !inject_is_quiet(lock)) return;
+  inject_held[inject_held_n].lock = lock;
+  inject_held[inject_held_n++].faults = inject_thread_faults();
+}
+
+void inject_lock_released(const void *lock) {
+  for (unsigned i = inject_held_n; i-- > 0;)
+    if (inject_held[i].lock == lock) {
+      uint64_t now = inject_thread_faults();
+      if (now > inject_held[i].faults)
+        __atomic_add_fetch(&inject_quiet_faults, now - inject_held[i].faults, __ATOMIC_RELAXED);
+      inject_held[i] = inject_held[--inject_held_n];
+      return;
+    }
+}
+
+void inject_lock_forget(void) {
+  inject_held_n = 0;
 }
 
 static uint64_t inject_next(void) {

@@ -8,10 +8,17 @@
  * move to another CPU it is allowed on (sched_setaffinity to that CPU alone, then back to its
  * old mask: the thread resumes on the new CPU), give up the CPU (sched_yield), or spin a few
  * microseconds. Points may hold locks: the actions take none and never allocate.
+ *
+ * Quiet locks: the locks a crowd of threads waits on while their holder only updates a few
+ * words (the thread registry, the CPUs' locks) must never be held across a page fault, whose
+ * return to the program is a preemption point as a system call's is. Their owners name them
+ * (INJECT_QUIET), and the test build counts the page faults each thread takes while it holds
+ * one; the count is reported at exit.
  */
 #ifndef MAGPIE_INJECT_H
 #define MAGPIE_INJECT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum inject_point {
@@ -29,14 +36,31 @@ typedef enum inject_point {
 
 #ifdef MAGPIE_INJECT
 /* Turns the points on (seed 0: off). At exit a line on stderr says how often each acted, so
-   that a test can tell the points were reached. */
+   that a test can tell the points were reached, and another how many page faults were taken
+   under quiet locks. */
 void inject_start(uint64_t seed);
 void inject_at(inject_point_t point);
+/* Every lock in [start, start + size) is quiet (at most 4 ranges, named at bring-up). */
+void inject_quiet(const void *start, size_t size);
+/* A lock was taken (is being let go): lock.h's, for the quiet ones' page faults. */
+void inject_lock_taken(const void *lock);
+void inject_lock_released(const void *lock);
+/* The calling thread forgets the quiet locks it holds: fork's, whose copy-on-write faults after
+   the call are the fork's, not a holder's. */
+void inject_lock_forget(void);
 #define INJECT_START(seed) inject_start(seed)
 #define INJECT(point) inject_at(point)
+#define INJECT_QUIET(start, size) inject_quiet(start, size)
+#define INJECT_LOCK_TAKEN(lock) inject_lock_taken(lock)
+#define INJECT_LOCK_RELEASED(lock) inject_lock_released(lock)
+#define INJECT_LOCK_FORGET() inject_lock_forget()
 #else
 #define INJECT_START(seed) ((void)(seed))
 #define INJECT(point) ((void)0)
+#define INJECT_QUIET(start, size) ((void)(start), (void)(size))
+#define INJECT_LOCK_TAKEN(lock) ((void)0)
+#define INJECT_LOCK_RELEASED(lock) ((void)0)
+#define INJECT_LOCK_FORGET() ((void)0)
 #endif
 
 #endif

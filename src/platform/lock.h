@@ -13,6 +13,7 @@
 #ifndef MAGPIE_LOCK_H
 #define MAGPIE_LOCK_H
 
+#include "inject.h"
 #include "san_hooks.h"
 
 #include <stdbool.h>
@@ -77,6 +78,7 @@ static inline bool lock_try(lock_t *l) {
   if (lock_take(l)) {
     san_lock_taken(l);
     STAT_ADD(l->acquisitions, 1);
+    INJECT_LOCK_TAKEN(l);
     return true;
   }
   lock_count(-1);
@@ -88,6 +90,7 @@ static inline void lock_acquire(lock_t *l) {
   if (!lock_take(l)) lock_acquire_slow(l);
   san_lock_taken(l); /* a sanitized program's TSan sees magpie's locks (san_hooks.h) */
   STAT_ADD(l->acquisitions, 1);
+  INJECT_LOCK_TAKEN(l);
 }
 
 /* Takes l once *pending, which changes only under l, is zero: work that let go of l halfway
@@ -117,6 +120,7 @@ static inline void lock_stats_add(lock_stats_t *sum, const lock_t *l) {
 }
 
 static inline void lock_release(lock_t *l) {
+  INJECT_LOCK_RELEASED(l);
   san_lock_releasing(l);
   if (__atomic_exchange_n(&l->state, 0, __ATOMIC_RELEASE) == 2) lock_release_wake(l);
   lock_count(-1);

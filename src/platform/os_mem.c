@@ -141,6 +141,13 @@ int os_populate(void *p, size_t size) {
   return madvise(p, size, MADV_POPULATE_WRITE) == 0 ? 0 : errno; /* Linux 5.14 */
 }
 
+void os_touch(void *p, size_t size) {
+  /* a read-modify-write faults once, for writing; a load and a store would fault twice (the
+     zero page, then a copy) */
+  for (char *c = p, *end = c + size; c < end; c += OS_PAGE - (uintptr_t)c % OS_PAGE)
+    __atomic_fetch_or(c, 0, __ATOMIC_RELAXED);
+}
+
 void os_advise_huge(void *p, size_t size, bool huge) {
   madvise(p, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 }
