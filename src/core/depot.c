@@ -99,13 +99,23 @@ void depot_init(cache_t *cp, uint32_t cap, uint32_t cap_max) {
                                           : cap_max;
 }
 
-static void depot_lock(depot_t *d) {
+/* Takes d's lock; false where it is held and the caller only tries it (DEPOT_TRY). A try that
+   failed counts toward growth (theory 2) either way: atomics, since a caller that does not wait
+   counts without the lock. */
+static bool depot_lock(depot_t *d, unsigned how) {
   if (!lock_try(&d->lock)) {
+    __atomic_add_fetch(&d->contended, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&d->window_contended, 1, __ATOMIC_RELAXED);
+    if (how & DEPOT_TRY) return false;
     lock_acquire(&d->lock);
-    d->contended++;
-    d->window_contended++;
   }
   INJECT(INJECT_DEPOT);
+  return true;
+}
+
+void depot_wait(cache_t *cp) {
+  lock_acquire(&cp->depot.lock);
+  lock_release(&cp->depot.lock);
 }
 
 static void push(mag_t **list, uint32_t *count, mag_t *m) {
@@ -152,10 +162,12 @@ static void depot_exchanged(depot_t *d, bool take, bool passed) {
   bool passing = d->window_takes >= DEPOT_PASSED_MIN && d->window_passed * 8 >= d->window_takes * 7;
   bool hot =
       now - d->hot_since < DEPOT_HOT_NS && d->cap < (passing ? DEPOT_HOT_ROUNDS : d->hot_max);
-  if (hot || d->window_contended >= DEPOT_WINDOW_CONTENDED) depot_grow(d);
+  if (hot || __atomic_load_n(&d->window_contended, __ATOMIC_RELAXED) >= DEPOT_WINDOW_CONTENDED)
+    depot_grow(d);
   if (passing) d->flow_until = now + DEPOT_FLOW_NS;
   d->hot_since = now;
-  d->window_takes = d->window_passed = d->window_contended = 0;
+  d->window_takes = d->window_passed = 0;
+  __atomic_store_n(&d->window_contended, 0, __ATOMIC_RELAXED);
 }
 
 /* The bytes of objects the depot keeps in full magazines now (theory 4; its lock held). */
@@ -163,9 +175,9 @@ static size_t depot_bound(const depot_t *d) {
   return os_now_ns() < d->flow_until ? DEPOT_FLOW_BYTES : DEPOT_FULL_BYTES_MAX;
 }
 
-mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give, uint32_t taker) {
+mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give, uint32_t taker, unsigned how) {
   depot_t *d = &cp->depot;
-  depot_lock(d);
+  if (!depot_lock(d, how)) return DEPOT_BUSY;
   mag_t *full = pop(&d->full, &d->nfull, &d->full_min);
   if (full) {
     d->takes++;
@@ -190,15 +202,15 @@ uint32_t depot_cap(cache_t *cp) {
   return __atomic_load_n(&cp->depot.cap, __ATOMIC_RELAXED);
 }
 
-mag_t *depot_empty_mag(cache_t *cp, bool make) {
+mag_t *depot_empty_mag(cache_t *cp, unsigned how) {
   depot_t *d = &cp->depot;
-  depot_lock(d);
+  if (!depot_lock(d, how)) return DEPOT_BUSY;
   mag_t *m = pop(&d->empty, &d->nempty, &d->empty_min);
   uint32_t cap = d->cap;
   lock_release(&d->lock);
   if (m && m->cap == cap) return m;
   if (m) mag_destroy(m); /* made before the depot grew its magazines, or a thread's first */
-  return make ? depot_mag_new(cap) : NULL;
+  return how & DEPOT_MAKE ? depot_mag_new(cap) : NULL;
 }
 
 void depot_stock(cache_t *cp) {
@@ -206,9 +218,9 @@ void depot_stock(cache_t *cp) {
   if (m) depot_put(cp, m);
 }
 
-mag_t *depot_free_exchange(cache_t *cp, mag_t *give, bool make) {
+mag_t *depot_free_exchange(cache_t *cp, mag_t *give, unsigned how) {
   depot_t *d = &cp->depot;
-  depot_lock(d);
+  if (!depot_lock(d, how)) return DEPOT_BUSY;
   size_t kept = (size_t)d->nfull * d->cap * cp->size;
   /* the small bound first: below it no clock is read (depot_bound) */
   if (kept >= DEPOT_FULL_BYTES_MAX && kept >= depot_bound(d)) {
@@ -224,14 +236,14 @@ mag_t *depot_free_exchange(cache_t *cp, mag_t *give, bool make) {
   }
   if (m) push(&d->empty, &d->nempty, m); /* outdated size: let depot_empty_mag replace it */
   lock_release(&d->lock);
-  if (!(m = depot_empty_mag(cp, make))) return NULL;
-  depot_put(cp, give);
+  m = depot_empty_mag(cp, how);
+  if (m && m != DEPOT_BUSY) depot_put(cp, give); /* waits: rare (the depot's size just grew) */
   return m;
 }
 
 void depot_put(cache_t *cp, mag_t *m) {
   depot_t *d = &cp->depot;
-  depot_lock(d);
+  depot_lock(d, 0);
   if (m->n)
     push(&d->full, &d->nfull, m);
   else
@@ -283,8 +295,7 @@ void depot_reap(cache_t *cp, bool everything) {
     push(&empties, &junk, pop(&d->empty, &d->nempty, &none));
   d->full_min = d->nfull;
   d->empty_min = d->nempty;
-  if (d->contended > DEPOT_GROW_CONTENDED) depot_grow(d);
-  d->contended = 0;
+  if (__atomic_exchange_n(&d->contended, 0, __ATOMIC_RELAXED) > DEPOT_GROW_CONTENDED) depot_grow(d);
   lock_release(&d->lock);
   mags_home(cp, fulls);
   for (mag_t *m; (m = pop(&empties, &junk, &none)) != NULL;)

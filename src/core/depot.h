@@ -9,23 +9,33 @@
 
 extern MAGPIE_HIDDEN mag_t mag_empty; /* the sentinel: no rounds, no room, never on a depot list */
 
+/* How an exchange may go: DEPOT_MAKE, it may make a new magazine (a caller under a CPU's lock
+   does not: a new magazine may map metadata, meta.c, a system call: mag_percpu.c theory 5);
+   DEPOT_TRY, it only tries the depot's lock, and returns DEPOT_BUSY, nothing changed, where it is
+   held (a caller under a CPU's lock, which waits with depot_wait after letting that go). */
+#define DEPOT_MAKE 1u
+#define DEPOT_TRY 2u
+#define DEPOT_BUSY ((mag_t *)(uintptr_t)1) /* no magazine: odd */
+
 void depot_init(cache_t *cp, uint32_t cap, uint32_t cap_max);
 /* A non-empty magazine in exchange for `give` (an empty one, or the sentinel); NULL if none.
    taker: the calling thread's kernel id, which the depot compares with the magazine's giver. */
-mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give, uint32_t taker);
+mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give, uint32_t taker, unsigned how);
 /* An empty magazine in exchange for `give` (a full one, its giver set); `give` itself, still full,
    when the depot keeps no more: the caller gives its rounds back to the slab layer; NULL (nothing
-   kept) if the depot has no empty magazine and none can be made (make: may one be). */
-mag_t *depot_free_exchange(cache_t *cp, mag_t *give, bool make);
+   kept) if the depot has no empty magazine and none may be made. */
+mag_t *depot_free_exchange(cache_t *cp, mag_t *give, unsigned how);
+/* Returns once the depot's lock was free: a CPU's slow path that found it held (DEPOT_TRY) waits
+   here, its CPU's lock let go, and tries again. */
+void depot_wait(cache_t *cp);
 /* A new empty magazine of cap rounds (a power of two up to MAG_CAP_MAX), NULL when out of
    memory. */
 mag_t *depot_mag_new(uint32_t cap);
 /* The size of the magazines the depot makes now (read without its lock). */
 uint32_t depot_cap(cache_t *cp);
-/* An empty magazine of the current size: the depot's, or where make, a new one; NULL if none
-   (out of memory). A caller under a CPU's lock does not make one: a new magazine may map
-   metadata (meta.c), a system call (mag_percpu.c theory 5); it stocks the depot after. */
-mag_t *depot_empty_mag(cache_t *cp, bool make);
+/* An empty magazine of the current size: the depot's, or with DEPOT_MAKE, a new one; NULL if
+   none (out of memory, or none may be made: a caller under a CPU's lock stocks the depot after). */
+mag_t *depot_empty_mag(cache_t *cp, unsigned how);
 /* Gives the depot a new empty magazine of its size (no lock held: it may map metadata). */
 void depot_stock(cache_t *cp);
 /* Takes a thread's magazine for good (thread exit, trim): kept if it holds rounds. */

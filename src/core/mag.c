@@ -283,7 +283,7 @@ mag_t *mag_slab_fill(cache_t *cp, mag_t *p, uint32_t home) {
     if (!first) return p;
     p = first;
   } else if (p->fill > p->cap && p->cap < depot_cap(cp)) { /* outgrown: a full-size one */
-    mag_t *big = depot_empty_mag(cp, true);
+    mag_t *big = depot_empty_mag(cp, DEPOT_MAKE);
     if (big) {
       big->fill = p->fill;
       depot_put(cp, p);
@@ -302,10 +302,14 @@ mag_t *mag_slab_fill(cache_t *cp, mag_t *p, uint32_t home) {
   return p;
 }
 
-void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, mag_t **fill) {
+void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, mag_t **fill, unsigned how) {
   mag_t *p = t->prev;
   if (p->n == 0) {
-    mag_t *full = depot_alloc_exchange(cp, p, mag_tls->tid);
+    mag_t *full = depot_alloc_exchange(cp, p, mag_tls->tid, how);
+    if (full == DEPOT_BUSY) {
+      *fill = DEPOT_BUSY;
+      return NULL;
+    }
     if (full) {
       mag_held_add((ptrdiff_t)(full->n * cp->size));
     } else if (fill) { /* the caller fills it from the slab layer, outside its lock */
@@ -329,10 +333,13 @@ static mag_t *mag_given(mag_t *m) {
 
 /* False also when t held no magazine at all (theory 6: obj goes home, and t gets an empty one
    for later). */
-bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj, mag_t **drain) {
-  bool make = drain == NULL;     /* a CPU's lock held: no new magazine (depot_empty_mag) */
+bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj, mag_t **drain, unsigned how) {
   if (t->loaded == &mag_empty) { /* the reaper took the pair, or it never had one */
-    mag_t *e = depot_empty_mag(cp, make);
+    mag_t *e = depot_empty_mag(cp, how);
+    if (e == DEPOT_BUSY) {
+      *drain = DEPOT_BUSY;
+      return false;
+    }
     if (e) t->loaded = e; /* prev, the sentinel too (mag.h), stays */
     if (!e && drain) *drain = &mag_empty;
     return false;
@@ -341,7 +348,11 @@ bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj, mag_t **drain) {
   if (p->n == p->cap) {
     size_t given = p->n * cp->size;
     mag_t *e =
-        p == &mag_empty ? depot_empty_mag(cp, make) : depot_free_exchange(cp, mag_given(p), make);
+        p == &mag_empty ? depot_empty_mag(cp, how) : depot_free_exchange(cp, mag_given(p), how);
+    if (e == DEPOT_BUSY) {
+      *drain = DEPOT_BUSY;
+      return false;
+    }
     if (!e && drain) *drain = &mag_empty;
     if (!e) return false;
     mag_held_add(-(ptrdiff_t)given);
@@ -391,14 +402,14 @@ static lock_t *mag_miss_begin(cache_t *cp, bool alloc) {
 
 void *mag_own_alloc_miss(cache_t *cp, mag_pair_t *t) {
   lock_t *held = mag_miss_begin(cp, true);
-  void *obj = mag_alloc_refill(cp, t, NULL);
+  void *obj = mag_alloc_refill(cp, t, NULL, DEPOT_MAKE);
   if (held) lock_release(held);
   return obj;
 }
 
 bool mag_own_free_miss(cache_t *cp, mag_pair_t *t, void *obj) {
   lock_t *held = mag_miss_begin(cp, false);
-  bool kept = mag_free_room(cp, t, obj, NULL);
+  bool kept = mag_free_room(cp, t, obj, NULL, DEPOT_MAKE);
   if (held) lock_release(held);
   return kept;
 }
@@ -486,7 +497,7 @@ static void mag_own_sweep(tcache_t *tc, unsigned served) {
 static void *mag_own_class_alloc_miss(cache_t *cp, tcache_t *tc, unsigned c) {
   lock_t *held = mag_miss_begin(cp, true);
   mag_pair_t t = mag_own_unpack(tc, c);
-  void *obj = mag_alloc_refill(cp, &t, NULL);
+  void *obj = mag_alloc_refill(cp, &t, NULL, DEPOT_MAKE);
   mag_own_pack(tc, c, t);
   mag_own_sweep(tc, c);
   lock_release(held);
@@ -496,7 +507,7 @@ static void *mag_own_class_alloc_miss(cache_t *cp, tcache_t *tc, unsigned c) {
 static bool mag_own_class_free_miss(cache_t *cp, tcache_t *tc, unsigned c, void *obj) {
   lock_t *held = mag_miss_begin(cp, false);
   mag_pair_t t = mag_own_unpack(tc, c);
-  bool kept = mag_free_room(cp, &t, obj, NULL);
+  bool kept = mag_free_room(cp, &t, obj, NULL, DEPOT_MAKE);
   mag_own_pack(tc, c, t);
   mag_own_sweep(tc, c);
   lock_release(held);

@@ -39,9 +39,12 @@ void mag_pair_to_depot(cache_t *cp, mag_pair_t *t);
    through *fill (*drain), NULL (false) returned: the caller fills it (mag_slab_fill) or drains
    it (mag_drain) once its lock is released. Such a caller gets no new magazine either (a
    mapping may make it): where one was needed, *drain is the sentinel, false returned, and the
-   caller stocks the depot (depot_stock) once its lock is released. */
-void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, mag_t **fill);
-bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj, mag_t **drain);
+   caller stocks the depot (depot_stock) once its lock is released. how says how the depot
+   may be asked (depot.h): with DEPOT_TRY, where the depot's lock is held, *fill (*drain) is
+   DEPOT_BUSY, NULL (false) returned, and nothing changed: the caller waits for the depot
+   (depot_wait) after releasing its own lock, and tries again. */
+void *mag_alloc_refill(cache_t *cp, mag_pair_t *t, mag_t **fill, unsigned how);
+bool mag_free_room(cache_t *cp, mag_pair_t *t, void *obj, mag_t **drain, unsigned how);
 /* Fills empty magazine p from the slab layer (or a new one in place of the sentinel, or a
    bigger one); returns what is now in p's place, with rounds unless memory ran out. home is
    the thread's or CPU's (MAG_HOME_CPU) whose magazine it is, 0 for one that owns no slabs

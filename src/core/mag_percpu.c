@@ -52,7 +52,11 @@
  *      lock; a full one the depot does not keep leaves the pair and is drained after; an
  *      empty one the depot lacks is made after (a new magazine may map a metadata chunk), and
  *      the free that needed it goes to the slab layer. Under the lock: pairs and depot trades
- *      only.
+ *      only, and a depot's lock is only tried there: where it is held, its holder may be
+ *      preempted, and a thread that slept for it under the CPU's lock would queue for its CPU,
+ *      once woken, with the lock still held. The slow path lets the CPU's lock go, waits for the
+ *      depot's, and starts again (mag_cpu_depot_wait), waiting under the lock that second time
+ *      only, when the depot's holder has just let go.
  * Locking: a CPU's lock guards its previous magazines, its misses and any change of a loaded
  * one outside a sequence; a trade only while it is free. It is taken after mag_registry_lock
  * (front/fork.c writes the order).
@@ -254,6 +258,18 @@ static void mag_cpu_install(mag_cpu_t *mc, unsigned cpu, unsigned c, const mag_p
   }
 }
 
+/* The depot's lock was held (DEPOT_TRY): waits for it with the CPU's lock let go (theory 5),
+   then takes the lock of the CPU the thread runs on now and the pair of class c again, into
+   *t. */
+static mag_cpu_t *mag_cpu_depot_wait(cache_t *cp, mag_cpu_t *mc, unsigned *cpu, unsigned c,
+                                     mag_pair_t *t) {
+  lock_release(&mc->lock);
+  depot_wait(cp);
+  mc = mag_cpu_lock(cpu);
+  *t = mag_cpu_pair(mc, c);
+  return mc;
+}
+
 /* Returns NULL when memory ran out. Where the depot has no full magazine, the CPU's empty
    previous one is filled from the slab layer without the lock (theory 5), and then joins the
    pair of the CPU the thread runs on, unless that one has found rounds meanwhile. */
@@ -262,7 +278,12 @@ void *mag_cpu_alloc_miss(cache_t *cp, unsigned c) {
   mag_cpu_t *mc = mag_cpu_miss(cp, &cpu, true);
   mag_pair_t t = mag_cpu_pair(mc, c);
   mag_t *fill = NULL;
-  void *obj = mag_alloc_refill(cp, &t, &fill);
+  void *obj = mag_alloc_refill(cp, &t, &fill, DEPOT_TRY);
+  if (fill == DEPOT_BUSY) { /* the second time it waits, the depot's holder just let go */
+    mc = mag_cpu_depot_wait(cp, mc, &cpu, c, &t);
+    fill = NULL;
+    obj = mag_alloc_refill(cp, &t, &fill, 0);
+  }
   if (fill) {
     mc->mags[c].prev = t.prev; /* the sentinel: fill has left the pair */
     lock_release(&mc->lock);
@@ -296,7 +317,12 @@ bool mag_cpu_free_miss(cache_t *cp, unsigned c, void *obj) {
   mag_cpu_t *mc = mag_cpu_miss(cp, &cpu, false);
   mag_pair_t t = mag_cpu_pair(mc, c);
   mag_t *drain = NULL;
-  bool kept = mag_free_room(cp, &t, obj, &drain);
+  bool kept = mag_free_room(cp, &t, obj, &drain, DEPOT_TRY);
+  if (drain == DEPOT_BUSY) {
+    mc = mag_cpu_depot_wait(cp, mc, &cpu, c, &t);
+    drain = NULL;
+    kept = mag_free_room(cp, &t, obj, &drain, 0);
+  }
   INJECT(INJECT_CPU_INSTALL);
   mag_cpu_install(mc, cpu, c, &t);
   lock_release(&mc->lock);

@@ -234,20 +234,20 @@ static bool depot_flow_keeps(uint32_t giver, uint32_t taker) {
   static cache_t depots[2];
   cache_t *dc = &depots[giver != taker];
   cache_setup(dc, "flow", 4096, PM_TAG_CACHE);
-  mag_t *m = depot_empty_mag(dc, true);
+  mag_t *m = depot_empty_mag(dc, DEPOT_MAKE);
   for (int i = 0; i < 64; i++) { /* gives and takes, alternately: a window of both */
     m->n = m->cap;
     m->giver = giver;
-    mag_t *empty = depot_free_exchange(dc, m, true);
+    mag_t *empty = depot_free_exchange(dc, m, DEPOT_MAKE);
     UCHECK(empty && empty != m);
-    m = depot_alloc_exchange(dc, empty, taker);
+    m = depot_alloc_exchange(dc, empty, taker, 0);
     UCHECK(m && m->n == m->cap);
   }
   size_t kept = 0;
   for (;;) { /* gives only, until the depot sends one back */
     m->n = m->cap;
     m->giver = giver;
-    mag_t *back = depot_free_exchange(dc, m, true);
+    mag_t *back = depot_free_exchange(dc, m, DEPOT_MAKE);
     if (back == m) break;
     kept += (size_t)m->n * dc->size;
     m = back;
@@ -734,7 +734,7 @@ static void sweep_cold_class(void) {
   uint64_t interval = 10000000u, t0 = os_now_ns();
   for (int step = 0; step < 5; step++) {
     if (step == 0 || step == 2) { /* a take (put back at once) */
-      mag_t *m = depot_alloc_exchange(oc, &mag_empty, mag_tls->tid);
+      mag_t *m = depot_alloc_exchange(oc, &mag_empty, mag_tls->tid, 0);
       UCHECK(m && m->n == 2);
       depot_put(oc, m);
     }
@@ -884,21 +884,21 @@ int main(int argc, char **argv) {
   cp->depot.contended = 1000;
   depot_reap(cp, false);
   UCHECK(cp->depot.cap == 2 * cap || cp->depot.cap == cp->depot.cap_max);
-  mag_t *m = depot_empty_mag(cp, true);
+  mag_t *m = depot_empty_mag(cp, DEPOT_MAKE);
   UCHECK(m && m->cap == cp->depot.cap && m->n == 0);
   depot_put(cp, m);
 
   /* 5. a depot trading magazines fast grows them without contention (it checks its rate every
      few hundred exchanges: a preempted window only delays the growth) */
   cap = cp->depot.cap = 2;
-  m = depot_empty_mag(cp, true);
+  m = depot_empty_mag(cp, DEPOT_MAKE);
   UCHECK(m && m->cap == 2);
   for (uint32_t i = 0; i < 2; i++)
     m->rounds[m->n++] = magpie_cache_alloc((magpie_cache_t *)cp, MAGPIE_DEFAULT);
   for (int i = 0; i < 1 << 16 && cp->depot.cap == cap; i++) {
-    mag_t *empty = depot_free_exchange(cp, m, true); /* m goes in full */
+    mag_t *empty = depot_free_exchange(cp, m, DEPOT_MAKE); /* m goes in full */
     UCHECK(empty && empty->n == 0);
-    m = depot_alloc_exchange(cp, empty, 0);
+    m = depot_alloc_exchange(cp, empty, 0, 0);
     UCHECK(m && m->n == 2);
   }
   UCHECK(cp->depot.cap == 2 * cap);
@@ -910,9 +910,9 @@ int main(int argc, char **argv) {
     cap = cp->depot.cap = 32;
     for (int i = 0; i < 1 << 14 && cp->depot.cap == cap; i++) {
       m->giver = 1;
-      mag_t *empty = depot_free_exchange(cp, m, true);
+      mag_t *empty = depot_free_exchange(cp, m, DEPOT_MAKE);
       UCHECK(empty && empty->n == 0);
-      m = depot_alloc_exchange(cp, empty, taker);
+      m = depot_alloc_exchange(cp, empty, taker, 0);
       UCHECK(m && m->n == 2);
     }
     UCHECK(cp->depot.cap == (taker == 1 ? 2 * cap : cap));
@@ -943,25 +943,53 @@ int main(int argc, char **argv) {
   static mag_t *spare[256];
   unsigned nspare = 0;
   while (nspare < 256 && cp->depot.nempty > 0) /* empty ones of another size are destroyed */
-    if ((spare[nspare] = depot_empty_mag(cp, false)) != NULL) nspare++;
+    if ((spare[nspare] = depot_empty_mag(cp, 0)) != NULL) nspare++;
   UCHECK(cp->depot.nempty == 0);
   void *obj = magpie_cache_alloc((magpie_cache_t *)cp, MAGPIE_DEFAULT);
   mag_pair_t pair = {&mag_empty, &mag_empty};
   mag_t *drain = NULL;
-  UCHECK(obj && !mag_free_room(cp, &pair, obj, &drain));
+  UCHECK(obj && !mag_free_room(cp, &pair, obj, &drain, DEPOT_TRY));
   UCHECK(drain == &mag_empty && pair.loaded == &mag_empty && cp->depot.nempty == 0);
   depot_stock(cp);
   UCHECK(cp->depot.nempty == 1);
   drain = NULL;
-  UCHECK(!mag_free_room(cp, &pair, obj, &drain)); /* obj goes home; the pair gets a magazine */
+  UCHECK(!mag_free_room(cp, &pair, obj, &drain, DEPOT_TRY)); /* obj goes home; the pair gets one */
   UCHECK(drain == NULL && pair.loaded != &mag_empty && cp->depot.nempty == 0);
-  mag_t *full = depot_empty_mag(cp, true);
+  mag_t *full = depot_empty_mag(cp, DEPOT_MAKE);
   UCHECK(full);
   while (full->n < full->cap)
     full->rounds[full->n++] = magpie_cache_alloc((magpie_cache_t *)cp, MAGPIE_DEFAULT);
   pair.prev = full;
-  UCHECK(!mag_free_room(cp, &pair, obj, &drain)); /* no empty one to trade the full one for */
+  UCHECK(!mag_free_room(cp, &pair, obj, &drain, DEPOT_TRY)); /* no empty one to trade it for */
   UCHECK(drain == &mag_empty && pair.prev == full && full->n == full->cap);
+
+  /* 6c. nor does it wait for the depot's lock (mag_percpu.c theory 5): held, each exchange
+     says DEPOT_BUSY and changes nothing, and the try counts toward the depot's growth */
+  depot_stock(cp);
+  uint64_t contended = cp->depot.contended;
+  lock_acquire(&cp->depot.lock);
+  drain = NULL;
+  UCHECK(!mag_free_room(cp, &pair, obj, &drain, DEPOT_TRY)); /* full prev: an exchange */
+  UCHECK(drain == DEPOT_BUSY && pair.prev == full && full->n == full->cap);
+  mag_pair_t none = {&mag_empty, &mag_empty};
+  drain = NULL;
+  UCHECK(!mag_free_room(cp, &none, obj, &drain, DEPOT_TRY)); /* no pair: an empty one */
+  UCHECK(drain == DEPOT_BUSY && none.loaded == &mag_empty);
+  mag_pair_t dry = {pair.loaded, pair.loaded}; /* both empty: a full one wanted */
+  mag_t *fill = NULL;
+  UCHECK(pair.loaded->n == 0);
+  UCHECK(mag_alloc_refill(cp, &dry, &fill, DEPOT_TRY) == NULL && fill == DEPOT_BUSY);
+  UCHECK(dry.loaded == pair.loaded && dry.prev == pair.loaded);
+  UCHECK(cp->depot.contended == contended + 3 && cp->depot.nempty == 1);
+  lock_release(&cp->depot.lock);
+  depot_wait(cp); /* free: returns at once */
+  drain = NULL;
+  UCHECK(mag_free_room(cp, &pair, obj, &drain, DEPOT_TRY)); /* free now: full for empty */
+  UCHECK(drain == NULL && pair.loaded != full && pair.prev != full && cp->depot.nempty == 0);
+  obj = pair.loaded->rounds[--pair.loaded->n];
+  full = depot_alloc_exchange(cp, &mag_empty, 0, 0);
+  UCHECK(full && full->n == full->cap);
+  depot_put(cp, pair.prev);
   magpie_cache_free((magpie_cache_t *)cp, obj);
   mag_drain(cp, full);
   depot_put(cp, full);
