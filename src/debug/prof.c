@@ -174,6 +174,10 @@ size_t prof_size(void *p, uintptr_t entry) {
   return prof_block_of(p, entry, "invalid pointer")->usable;
 }
 
+void prof_lock_stats(lock_stats_t *lock) {
+  lock_stats_add(lock, &prof_lock);
+}
+
 void prof_class_requests(double objects[SC_COUNT + 1], double bytes[SC_COUNT + 1]) {
   lock_acquire(&prof_lock);
   memcpy(objects, prof_class_objects, sizeof prof_class_objects);

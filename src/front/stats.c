@@ -271,6 +271,9 @@ void stats_snapshot(bool report) {
   l = (lock_stats_t){0, 0, 0};
   mag_registry_lock_stats(&l);
   snap_lock("thread registry", 0, false, &l);
+  l = (lock_stats_t){0, 0, 0};
+  prof_lock_stats(&l);
+  snap_lock("heap profiler", 0, false, &l);
   for (unsigned i = 0, n = mag_cpu_count(); i < n && i < STATS_CPU_ROWS; i++) {
     l = (lock_stats_t){0, 0, 0};
     magpie_area_cpu_t *row = SNAP_CPU(a->cpu_count++);
