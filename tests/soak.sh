@@ -62,6 +62,11 @@ run() {
   fi
   { wait $pid; } 2> /dev/null
   rc=$?
+  # the test build's count of page faults under quiet locks (src/platform/inject.h) must be 0
+  if [ $rc -eq 0 ] && grep -q "page faults under quiet locks: [1-9]" "$log"; then
+    echo "page faults were taken under quiet locks" >> "$log"
+    rc=1
+  fi
   runs=$((runs + 1))
   if [ $rc -ne 0 ]; then
     failed=$((failed + 1))
