@@ -96,17 +96,19 @@ static void *prof_record(void *p, size_t size, unsigned c, uint64_t points) {
   double objects = (double)points * (double)opt.profile_rate / (double)unit;
   double bytes = objects * (double)size;
   uintptr_t entry = pagemap_get((uintptr_t)p);
+  prof_block_t *b = meta_alloc(&prof_block_pool); /* filled before the lock: a first write faults */
+  if (b)
+    *b = (prof_block_t){(uintptr_t)p, entry, NULL, objects, bytes, c ? unit : large_size(entry), c};
   lock_acquire(&prof_lock);
   prof_stack_t *s = prof_stack_get(ips, depth);
-  prof_block_t *b = s ? meta_alloc(&prof_block_pool) : NULL;
   if (s) {
     s->alloc_objects += objects;
     s->alloc_bytes += bytes;
   }
-  if (b) {
+  if (s && b) {
+    b->stack = s;
     s->live_objects += objects;
     s->live_bytes += bytes;
-    *b = (prof_block_t){(uintptr_t)p, entry, s, objects, bytes, c ? unit : large_size(entry), c};
     pagemap_set((uintptr_t)p, OS_PAGE, (uintptr_t)b | PM_TAG_PROFILED);
     if (c) {
       prof_class_allocs[c]++;
@@ -116,6 +118,7 @@ static void *prof_record(void *p, size_t size, unsigned c, uint64_t points) {
     }
   }
   lock_release(&prof_lock);
+  if (b && !s) meta_free(&prof_block_pool, b); /* no stack listed: not recorded */
   return p;
 }
 
