@@ -56,7 +56,8 @@
  *      preempted, and a thread that slept for it under the CPU's lock would queue for its CPU,
  *      once woken, with the lock still held. The slow path lets the CPU's lock go, waits for the
  *      depot's, and starts again (mag_cpu_depot_wait), waiting under the lock that second time
- *      only, when the depot's holder has just let go.
+ *      only, when the depot's holder has just let go. Magazines that leave a pair under the
+ *      lock (a refill's spare, the reaper's takings) go to the depot after it.
  * Locking: a CPU's lock guards its previous magazines, its misses and any change of a loaded
  * one outside a sequence; a trade only while it is free. It is taken after mag_registry_lock
  * (front/fork.c writes the order).
@@ -284,6 +285,7 @@ void *mag_cpu_alloc_miss(cache_t *cp, unsigned c) {
     fill = NULL;
     obj = mag_alloc_refill(cp, &t, &fill, 0);
   }
+  mag_t *spare = &mag_empty; /* for the depot, once the lock is released */
   if (fill) {
     mc->mags[c].prev = t.prev; /* the sentinel: fill has left the pair */
     lock_release(&mc->lock);
@@ -296,16 +298,17 @@ void *mag_cpu_alloc_miss(cache_t *cp, unsigned c) {
     mc = mag_cpu_lock(&cpu);
     t = mag_cpu_pair(mc, c);
     if (t.prev->n == 0) {
-      mag_to_depot(cp, t.prev);
+      spare = t.prev;
       t.prev = t.loaded;
       t.loaded = fill;
     } else {
-      mag_to_depot(cp, fill);
+      spare = fill;
     }
   }
   INJECT(INJECT_CPU_INSTALL);
   mag_cpu_install(mc, cpu, c, &t);
   lock_release(&mc->lock);
+  mag_to_depot(cp, spare);
   return obj;
 }
 
@@ -339,17 +342,20 @@ bool mag_cpu_free_miss(cache_t *cp, unsigned c, void *obj) {
 /* A loaded magazine's top is first exchanged for the sentinel's; the fence then restarts any
    sequence on that CPU that still uses it. A sequence that committed in between stored its top
    over the sentinel: that magazine stays. Where the sentinel is still there, the magazine is
-   the caller's, its count from the top it took (theory 4). */
+   the caller's, its count from the top it took (theory 4). What it takes goes to the depots
+   once the CPU's lock is released (theory 5). */
 void mag_cpu_reclaim(bool all) {
   void **taken_top[SC_COUNT + 1];
+  mag_t *taken_prev[SC_COUNT + 1];
   for (unsigned i = 0, n = mag_cpu_count(); i < n; i++) {
     mag_cpu_t *mc = mag_cpu(i);
     if (!mag_reap_lock(&mc->lock, all)) continue; /* a slow path there, so not quiet */
-    if (all || mc->misses == mc->misses_seen) {
+    bool quiet = all || mc->misses == mc->misses_seen;
+    if (quiet) {
       mag_cpu_quiesce(i);
       bool taken = false;
       for (unsigned c = 1; c <= SC_COUNT; c++) {
-        mag_to_depot(&malloc_caches[c], mc->mags[c].prev);
+        taken_prev[c] = mc->mags[c].prev;
         mc->mags[c].prev = &mag_empty;
         taken_top[c] = MAG_TOP_NONE;
         if (mag_consts.cpu_fence && mc->mags[c].top != MAG_TOP_NONE) {
@@ -365,12 +371,17 @@ void mag_cpu_reclaim(bool all) {
         if (!fenced) /* no fence, no taking: a sequence may still be using it */
           __atomic_compare_exchange_n(&mc->mags[c].top, &none, taken_top[c], false,
                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-        else if (__atomic_load_n(&mc->mags[c].top, __ATOMIC_RELAXED) == MAG_TOP_NONE)
-          mag_to_depot(&malloc_caches[c], mag_top_unload(taken_top[c]));
+        if (!fenced || __atomic_load_n(&mc->mags[c].top, __ATOMIC_RELAXED) != MAG_TOP_NONE)
+          taken_top[c] = MAG_TOP_NONE; /* the CPU's still */
       }
     }
     mc->misses_seen = mc->misses;
     lock_release(&mc->lock);
+    for (unsigned c = 1; c <= SC_COUNT && quiet; c++) {
+      mag_to_depot(&malloc_caches[c], taken_prev[c]);
+      if (taken_top[c] != MAG_TOP_NONE)
+        mag_to_depot(&malloc_caches[c], mag_top_unload(taken_top[c]));
+    }
   }
 }
 
