@@ -37,7 +37,7 @@ RARE = {
     "os_pid_env_has": "start-up", "os_each_line": "start-up", "opt_clamp": "start-up",
     "os_cgroup_read": "start-up",
     # reaps: the reaper thread, or a slow path once a reap interval
-    "slab_give_back": "reap", "vmem_reap": "reap",
+    "slab_give_back": "reap", "vmem_reap": "reap", "mag_cpu_reclaim": "reap",
 }
 
 
