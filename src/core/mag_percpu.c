@@ -116,7 +116,7 @@ void mag_cpu_init(void) {
    start together would each sleep behind a holder preempted there). */
 static void mag_cpu_setup(void) {
   if (__atomic_load_n(&mag_ncpus_used, __ATOMIC_ACQUIRE)) return;
-  (void)os_populate(mag_cpus, mag_ncpus * sizeof(mag_cpu_t)); /* else they fault as before */
+  (void)os_populate(mag_cpus, mag_ncpus * sizeof(mag_cpu_t)); /* failed (Linux < 5.14): faults */
   lock_acquire(&mag_registry_lock);
   if (!mag_ncpus_used) {
     for (unsigned i = 0; i < mag_ncpus; i++)
