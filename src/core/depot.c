@@ -47,7 +47,9 @@
  *      until the next reap, long after a program's size mix moved on. A depot that producers
  *      take from keeps its magazines, and so do its consumers.
  *   6. Lock order: a depot lock is never held while calling the slab layer or the metadata
- *      pools; it is a leaf below the thread registry.
+ *      pools; it is a leaf below the thread registry. Its holder only links magazines, and
+ *      takes no page fault either: malloc's depots are quiet locks (inject.h), which a CPU's
+ *      slow path waits for (mag_percpu.c theory 5).
  */
 #include "depot.h"
 #include "inject.h"

@@ -172,7 +172,7 @@ int64_t mag_sample_countdown(void) {
 
 void mag_init(void) {
   INJECT_START(opt.inject);
-  INJECT_QUIET(&mag_registry_lock, sizeof mag_registry_lock);
+  INJECT_QUIET(&mag_registry_lock, 1, sizeof mag_registry_lock);
   mag_cpu_init();
   mag_reclaim_init();
   if (pthread_key_create(&mag_key, mag_thread_exit) != 0)
@@ -827,7 +827,6 @@ size_t mag_thread_stacks(uintptr_t *stacks, uint32_t *tids, size_t max) {
 void mag_fork_prepare(void) {
   mag_registry_enter();
   (void)mag_cpu_lock_all();
-  INJECT_LOCK_FORGET(); /* the fork's copy-on-write faults come next, in both processes */
 }
 
 void mag_fork_parent(void) {

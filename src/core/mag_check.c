@@ -113,13 +113,13 @@ void mag_check(void) {
   mag_registry_leave();
 
   if (own) lock_acquire(&self->lock);
-  unsigned ncpus = mag_cpu_lock_all(); /* records set up after this are not checked */
-  INJECT_LOCK_FORGET(); /* the check maps and fills its table: a test's faults, not a crowd's */
+  unsigned ncpus = mag_cpu_lock_all();            /* records set up after this are not checked */
   size_t mags = 2 * (SC_COUNT + 1) * (ncpus + 1); /* the pairs, then the lists */
   for (unsigned c = 1; c <= SC_COUNT; c++) {
     lock_acquire(&malloc_caches[c].depot.lock);
     mags += malloc_caches[c].depot.nfull + malloc_caches[c].depot.nempty;
   }
+  INJECT_LOCK_FORGET(); /* the check maps and fills its table: a test's faults, not a crowd's */
   size_t cap = 64;
   while (cap < 2 * mags)
     cap *= 2;

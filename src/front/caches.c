@@ -34,6 +34,7 @@
 #include "depot.h"
 #include "export.h"
 #include "hugepage.h"
+#include "inject.h"
 #include "init.h"
 #include "mag.h"
 #include "memcheck_mode.h"
@@ -73,6 +74,7 @@ void cache_init(void) {
     cache_setup(&malloc_caches[c], "malloc", sc_info[c].size, c);
     malloc_caches[c].id = c;
   }
+  INJECT_QUIET(&malloc_caches[0].depot.lock, SC_COUNT + 1, sizeof(cache_t)); /* depot.c theory 6 */
 }
 
 /* Returns unneeded magazines (all of them when everything) and purges down to keep_dirty;

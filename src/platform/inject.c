@@ -12,8 +12,8 @@
  *      handler or in a forked child; nothing here allocates or takes a lock.
  *   4. Quiet locks (inject.h): a thread notes its page-fault count (getrusage, RUSAGE_THREAD)
  *      when it takes one, and adds the difference to the count reported at exit when it lets
- *      it go. It keeps up to 4 at once (the registry, then a CPU's); one taken beyond is not
- *      watched, and one it no longer knows (forgotten, or taken before a fork) is ignored.
+ *      it go. It keeps up to 4 at once (the registry, a CPU's, a depot's); one taken beyond is
+ *      not watched, and one it no longer knows (forgotten, or taken before a fork) is ignored.
  */
 #define _GNU_SOURCE
 #include "inject.h"
@@ -29,10 +29,13 @@ static uint64_t inject_seed;
 static uint64_t inject_counts[INJECT_POINTS]; /* atomic */
 static __thread uint64_t inject_state;        /* the thread's generator; 0: not seeded yet */
 
-#define INJECT_QUIET_RANGES 4
+#define INJECT_QUIET_SETS 4
 #define INJECT_HELD 4
-static uintptr_t inject_quiet_start[INJECT_QUIET_RANGES], inject_quiet_end[INJECT_QUIET_RANGES];
-static unsigned inject_quiet_ranges; /* (atomic) */
+static struct {
+  uintptr_t first;
+  size_t count, stride;
+} inject_quiet_set[INJECT_QUIET_SETS];
+static unsigned inject_quiet_sets;   /* (atomic) */
 static uint64_t inject_quiet_faults; /* page faults under quiet locks (atomic) */
 static __thread struct {
   const void *lock;
@@ -70,18 +73,22 @@ __attribute__((destructor)) static void inject_report(void) {
   os_write_all(2, p, (size_t)(end - p + 1));
 }
 
-void inject_quiet(const void *start, size_t size) {
-  unsigned n = __atomic_load_n(&inject_quiet_ranges, __ATOMIC_RELAXED);
-  if (n == INJECT_QUIET_RANGES) return;
-  inject_quiet_start[n] = (uintptr_t)start;
-  inject_quiet_end[n] = (uintptr_t)start + size;
-  __atomic_store_n(&inject_quiet_ranges, n + 1, __ATOMIC_RELEASE);
+void inject_quiet(const void *first, size_t count, size_t stride) {
+  unsigned n = __atomic_load_n(&inject_quiet_sets, __ATOMIC_RELAXED);
+  if (n == INJECT_QUIET_SETS) return;
+  inject_quiet_set[n].first = (uintptr_t)first;
+  inject_quiet_set[n].count = count;
+  inject_quiet_set[n].stride = stride;
+  __atomic_store_n(&inject_quiet_sets, n + 1, __ATOMIC_RELEASE);
 }
 
 static bool inject_is_quiet(const void *lock) {
-  for (unsigned i = 0, n = __atomic_load_n(&inject_quiet_ranges, __ATOMIC_ACQUIRE); i < n; i++)
-    if ((uintptr_t)lock >= inject_quiet_start[i] && (uintptr_t)lock < inject_quiet_end[i])
+  for (unsigned i = 0, n = __atomic_load_n(&inject_quiet_sets, __ATOMIC_ACQUIRE); i < n; i++) {
+    uintptr_t off = (uintptr_t)lock - inject_quiet_set[i].first;
+    if (off / inject_quiet_set[i].stride < inject_quiet_set[i].count &&
+        off % inject_quiet_set[i].stride == 0)
       return true;
+  }
   return false;
 }
 

@@ -10,7 +10,8 @@
  * microseconds. Points may hold locks: the actions take none and never allocate.
  *
  * Quiet locks: the locks a crowd of threads waits on while their holder only updates a few
- * words (the thread registry, the CPUs' locks) must never be held across a page fault, whose
+ * words (the thread registry, the CPUs' locks, malloc's depots) must never be held across a
+ * page fault, whose
  * return to the program is a preemption point as a system call's is. Their owners name them
  * (INJECT_QUIET), and the test build counts the page faults each thread takes while it holds
  * one; the count is reported at exit.
@@ -40,8 +41,9 @@ typedef enum inject_point {
    under quiet locks. */
 void inject_start(uint64_t seed);
 void inject_at(inject_point_t point);
-/* Every lock in [start, start + size) is quiet (at most 4 ranges, named at bring-up). */
-void inject_quiet(const void *start, size_t size);
+/* The count locks at first, first + stride, ... are quiet (at most 4 such sets, named at
+   bring-up). */
+void inject_quiet(const void *first, size_t count, size_t stride);
 /* A lock was taken (is being let go): lock.h's, for the quiet ones' page faults. */
 void inject_lock_taken(const void *lock);
 void inject_lock_released(const void *lock);
@@ -50,14 +52,14 @@ void inject_lock_released(const void *lock);
 void inject_lock_forget(void);
 #define INJECT_START(seed) inject_start(seed)
 #define INJECT(point) inject_at(point)
-#define INJECT_QUIET(start, size) inject_quiet(start, size)
+#define INJECT_QUIET(first, count, stride) inject_quiet(first, count, stride)
 #define INJECT_LOCK_TAKEN(lock) inject_lock_taken(lock)
 #define INJECT_LOCK_RELEASED(lock) inject_lock_released(lock)
 #define INJECT_LOCK_FORGET() inject_lock_forget()
 #else
 #define INJECT_START(seed) ((void)(seed))
 #define INJECT(point) ((void)0)
-#define INJECT_QUIET(start, size) ((void)(start), (void)(size))
+#define INJECT_QUIET(first, count, stride) ((void)(first), (void)(count), (void)(stride))
 #define INJECT_LOCK_TAKEN(lock) ((void)0)
 #define INJECT_LOCK_RELEASED(lock) ((void)0)
 #define INJECT_LOCK_FORGET() ((void)0)
