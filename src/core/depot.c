@@ -116,8 +116,7 @@ static bool depot_lock(depot_t *d, unsigned how) {
 }
 
 void depot_wait(cache_t *cp) {
-  lock_acquire(&cp->depot.lock);
-  lock_release(&cp->depot.lock);
+  lock_wait_free(&cp->depot.lock);
 }
 
 static void push(mag_t **list, uint32_t *count, mag_t *m) {

@@ -33,6 +33,15 @@ void lock_acquire_slow(lock_t *l) {
   lock_count_wait(l, start);
 }
 
+void lock_wait_free(lock_t *l) {
+  for (int i = 0; i < LOCK_SPIN_LIMIT; i++) {
+    if (__atomic_load_n(&l->state, __ATOMIC_RELAXED) == 0) return;
+    __builtin_ia32_pause();
+  }
+  lock_acquire(l); /* a holder that long may be preempted: queue as a waiter does */
+  lock_release(l);
+}
+
 void lock_acquire_settled(lock_t *l, const unsigned *pending) {
   lock_acquire(l);
   while (*pending) {

@@ -93,6 +93,10 @@ static inline void lock_acquire(lock_t *l) {
   INJECT_LOCK_TAKEN(l);
 }
 
+/* Returns once l was seen free, without taking it where its holder lets go within a short
+   spin (a caller that will take it next then takes it once, not twice). */
+void lock_wait_free(lock_t *l);
+
 /* Takes l once *pending, which changes only under l, is zero: work that let go of l halfway
    needs l to finish (pages given back outside an arena's or a slab layer's lock). fork's
    prepare handler takes such locks so: the child would keep that work half done. */

@@ -52,6 +52,19 @@
 #include <string.h>
 #include <sys/wait.h>
 
+/* A thread that waits for a depot's lock (depot_wait) and says when it returned. */
+typedef struct depot_waiter {
+  cache_t *cp;
+  int done;
+} depot_waiter_t;
+
+static void *depot_waiter(void *arg) {
+  depot_waiter_t *w = arg;
+  depot_wait(w->cp);
+  __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
 #define PER_CLASS 300
 #define HANDOFF 20000
 
@@ -982,7 +995,20 @@ int main(int argc, char **argv) {
   UCHECK(dry.loaded == pair.loaded && dry.prev == pair.loaded);
   UCHECK(cp->depot.contended == contended + 3 && cp->depot.nempty == 1);
   lock_release(&cp->depot.lock);
-  depot_wait(cp); /* free: returns at once */
+  depot_wait(cp); /* free: returns at once, and leaves it free */
+  UCHECK(lock_try(&cp->depot.lock));
+  /* held by another: returns only after it is let go, without taking it */
+  static depot_waiter_t waiter;
+  waiter.cp = cp;
+  pthread_t wt;
+  UCHECK(pthread_create(&wt, NULL, depot_waiter, &waiter) == 0);
+  struct timespec two_ms = {0, 2000000};
+  nanosleep(&two_ms, NULL);
+  UCHECK(!__atomic_load_n(&waiter.done, __ATOMIC_ACQUIRE));
+  lock_release(&cp->depot.lock);
+  UCHECK(pthread_join(wt, NULL) == 0 && waiter.done);
+  UCHECK(lock_try(&cp->depot.lock));
+  lock_release(&cp->depot.lock);
   drain = NULL;
   UCHECK(mag_free_room(cp, &pair, obj, &drain, DEPOT_TRY)); /* free now: full for empty */
   UCHECK(drain == NULL && pair.loaded != full && pair.prev != full && cp->depot.nempty == 0);
