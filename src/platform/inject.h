@@ -11,10 +11,9 @@
  *
  * Quiet locks: the locks a crowd of threads waits on while their holder only updates a few
  * words (the thread registry, the CPUs' locks, malloc's depots) must never be held across a
- * page fault, whose
- * return to the program is a preemption point as a system call's is. Their owners name them
- * (INJECT_QUIET), and the test build counts the page faults each thread takes while it holds
- * one; the count is reported at exit.
+ * page fault, whose return to the program is a preemption point as a system call's is. Their
+ * owners name them (INJECT_QUIET), and the test build counts the page faults each thread takes
+ * while it holds one; the count is reported at exit.
  */
 #ifndef MAGPIE_INJECT_H
 #define MAGPIE_INJECT_H
