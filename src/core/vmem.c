@@ -51,17 +51,18 @@
  *   10. One lock per arena protects everything; it is taken after slab locks and before the
  *      metadata pool's and the OS's (which take none), and a child arena's before its parent's
  *      (fork's order: nothing holds one while it takes the other). Segment tags come from a
- *      metadata pool. Giving pages back to the kernel runs outside the lock, since its cost
- *      grows with the pages resident (a purge or an unmap of a big heap takes milliseconds, and
- *      every thread that makes a slab or a large block would wait): under the lock a segment to
- *      purge becomes VMEM_PURGING (off the free lists, so nothing allocates it; coalescing
- *      stops at it; counted clean already) and a span to release leaves the arena; after the
- *      OS's (or the parent's) calls the lock is taken again and a purged segment is freed as
- *      any other. A span in flight to the parent meanwhile sends a thread that needs one to the
- *      parent for another: with one importer at a time (below) that costs one import, not one
- *      a thread. Importing runs outside the lock too: a mapping is system calls (or the
- *      parent's lock), and a thread whose time is up is preempted on its way back from one,
- *      with every thread that makes a slab waiting behind it. One thread imports at a time
+ *      metadata pool, through a stock the arena keeps (theory 11). Giving pages back to the
+ *      kernel runs outside the lock, since its cost grows with the pages resident (a purge or an
+ *      unmap of a big heap takes milliseconds, and every thread that makes a slab or a large
+ *      block would wait): under the lock a segment to purge becomes VMEM_PURGING (off the free
+ *      lists, so nothing allocates it; coalescing stops at it; counted clean already) and a
+ *      span to release leaves the arena; after the OS's (or the parent's) calls the lock is
+ *      taken again and a purged segment is freed as any other. A span in flight to the parent
+ *      meanwhile sends a thread that needs one to the parent for another: with one importer
+ *      at a time (below) that costs one import, not one a thread. Importing runs outside the
+ *      lock too: a mapping is system calls (or the parent's lock), and a thread whose time is
+ *      up is preempted on its way back from one, with every thread that makes a slab waiting
+ *      behind it. One thread imports at a time
  *      (`importing`): others that find no room meanwhile wait for it without the lock and look
  *      again, so that a crowd maps one span, not one each, and only threads that need new
  *      memory wait at all. An importer that, under the lock again, finds room a free made
@@ -71,6 +72,14 @@
  *      nothing finds it, and comes back, moved or not, at the list's end; a regrow stands for
  *      an import (`importing`). `unlocked` counts the threads between, so that fork's prepare
  *      can wait for them (lock_acquire_settled).
+ *   11. Nothing under the lock takes a page fault (or maps memory): a fault's return to the
+ *      program is a preemption point, as a system call's is, and every thread that makes a
+ *      slab or a large block would wait for the preempted holder. The tags a request may split
+ *      off are taken from the arena's stock of spare tags when it takes the lock, into a purse
+ *      of its own (tags_take); where the stock is short the lock is let go while the pool
+ *      makes more, each written once there, which maps its page. Tags freed under the lock go
+ *      back to the stock, up to VMEM_TAGS_KEEP. An import's two tags are filled in before
+ *      the lock is taken again, and a grown hash table is touched before the lock.
  */
 #include "vmem.h"
 #include "meta.h"
@@ -88,6 +97,8 @@
 #define VMEM_PURGING 4
 #define VMEM_SEARCH_MAX 16 /* segments examined by a bounded search */
 #define VMEM_JOBS 32       /* purges and releases a reap takes out from under the lock at a time */
+#define VMEM_TAGS_MORE 8   /* tags made beyond a request's need when the stock is short */
+#define VMEM_TAGS_KEEP 64  /* spare tags the stock keeps of those freed */
 
 /* Pages to give back outside the lock (theory 10): a free segment to purge (VMEM_PURGING
    meanwhile), or a span already taken out of the arena, to release to the parent (seg NULL);
@@ -109,6 +120,12 @@ typedef struct vmem_jobs {
 } vmem_jobs_t;
 #define VMEM_JOBS_IN(room) ((vmem_jobs_t){0, sizeof(room) / sizeof((room)[0]), (room)})
 
+/* The spare tags a request holds for its splits (theory 11), linked by lnext. */
+typedef struct vmem_purse {
+  vmem_seg_t *tags;
+  unsigned n;
+} vmem_purse_t;
+
 static meta_pool_t vmem_seg_pool = META_POOL(sizeof(vmem_seg_t));
 
 static unsigned vmem_log2(size_t v) {
@@ -128,6 +145,7 @@ void vmem_init(vmem_t *vm, const char *name, size_t quantum, vmem_import_t *impo
   vm->segs.anext = vm->segs.aprev = &vm->segs;
   vm->hash = vm->hash_first;
   vm->hash_size = VMEM_HASH_MIN;
+  INJECT_QUIET(&vm->lock, 1, sizeof vm->lock); /* theory 11 */
 }
 
 /* ---- free lists, hash, address list ---- */
@@ -178,6 +196,7 @@ static vmem_seg_t **hash_move(vmem_t *vm, vmem_seg_t **table, size_t size) {
 static void hash_grow(vmem_t *vm, size_t size) {
   vmem_seg_t **table = os_map(size * sizeof *table);
   if (!table) return;
+  os_touch(table, size * sizeof *table); /* the move writes every page of it (theory 11) */
   lock_acquire(&vm->lock);
   size_t old_size = vm->hash_size;
   vmem_seg_t **old = old_size < size ? hash_move(vm, table, size) : table;
@@ -215,16 +234,76 @@ static void seg_link_after(vmem_seg_t *prev, vmem_seg_t *s) {
   prev->anext = s;
 }
 
-static void seg_unlink(vmem_seg_t *s) {
-  s->aprev->anext = s->anext;
-  s->anext->aprev = s->aprev;
-  meta_free(&vmem_seg_pool, s);
+/* ---- segment tags (theory 11) ---- */
+
+/* Gives purse want tags from the stock (lock held), letting the lock go while the pool makes
+   more where the stock has fewer; short only where the pool had no memory. */
+static void tags_take(vmem_t *vm, vmem_purse_t *purse, unsigned want) {
+  while (vm->tags_n < want) {
+    unsigned make = want - vm->tags_n + VMEM_TAGS_MORE, made = 0;
+    vmem_seg_t *tags = NULL, *last = NULL;
+    lock_release(&vm->lock);
+    INJECT(INJECT_UNLOCKED);
+    for (vmem_seg_t *t; made < make && (t = meta_alloc(&vmem_seg_pool)); made++) {
+      os_touch(t, sizeof *t); /* its pages mapped here: a tag may straddle two */
+      t->lnext = tags;
+      tags = t;
+      if (!last) last = t;
+    }
+    lock_acquire(&vm->lock);
+    if (last) {
+      last->lnext = vm->tags;
+      vm->tags = tags;
+      vm->tags_n += made;
+    }
+    if (made < make) break;
+  }
+  *purse = (vmem_purse_t){NULL, 0};
+  while (purse->n < want && vm->tags) {
+    vmem_seg_t *t = vm->tags;
+    vm->tags = t->lnext;
+    vm->tags_n--;
+    t->lnext = purse->tags;
+    purse->tags = t;
+    purse->n++;
+  }
 }
 
-/* Splits s at offset: s keeps [start, start+offset), the returned tag the rest (same type). */
-static vmem_seg_t *seg_split(vmem_seg_t *s, size_t offset) {
-  vmem_seg_t *rest = meta_alloc(&vmem_seg_pool);
+/* Puts tag t, no longer in use, back in the stock, or in the pool past VMEM_TAGS_KEEP (lock
+   held). Stocked tags are zero but for lnext, as the pool's are. */
+static void tag_put(vmem_t *vm, vmem_seg_t *t) {
+  if (vm->tags_n >= VMEM_TAGS_KEEP) {
+    meta_free(&vmem_seg_pool, t);
+    return;
+  }
+  *t = (vmem_seg_t){.lnext = vm->tags};
+  vm->tags = t;
+  vm->tags_n++;
+}
+
+/* Puts the tags a request did not use back in the stock (lock held). */
+static void tags_give(vmem_t *vm, vmem_purse_t *purse) {
+  while (purse->tags) {
+    vmem_seg_t *t = purse->tags;
+    purse->tags = t->lnext;
+    tag_put(vm, t);
+  }
+  purse->n = 0;
+}
+
+static void seg_unlink(vmem_t *vm, vmem_seg_t *s) {
+  s->aprev->anext = s->anext;
+  s->anext->aprev = s->aprev;
+  tag_put(vm, s);
+}
+
+/* Splits s at offset with a tag from purse: s keeps [start, start+offset), the returned tag
+   the rest (same type); NULL where the purse is empty. */
+static vmem_seg_t *seg_split(vmem_purse_t *purse, vmem_seg_t *s, size_t offset) {
+  vmem_seg_t *rest = purse->tags;
   if (!rest) return NULL;
+  purse->tags = rest->lnext;
+  purse->n--;
   rest->start = s->start + offset;
   rest->size = s->size - offset;
   rest->type = s->type;
@@ -382,6 +461,16 @@ static vmem_seg_t *vmem_import(vmem_t *vm, size_t size, size_t align, bool own,
   bool clean = true;
   uint8_t backing = 0;
   void *mem = marker && seg ? vm->import(vm->source, span, span_align, &clean, &backing) : NULL;
+  if (mem) { /* filled in here, their pages mapped (theory 11; a tag may straddle two) */
+    os_touch(marker, sizeof *marker);
+    os_touch(seg, sizeof *seg);
+    marker->start = seg->start = (uintptr_t)mem;
+    marker->size = seg->size = span;
+    marker->type = VMEM_SPAN;
+    marker->backing = backing;
+    seg->clean = clean;
+    seg->span = marker;
+  }
   lock_acquire(&vm->lock);
   bool wake = import_end(vm) || spare->wake; /* a failed regrow's waiters too */
   lock_pending_end(&vm->unlocked, 1);
@@ -391,14 +480,6 @@ static vmem_seg_t *vmem_import(vmem_t *vm, size_t size, size_t align, bool own,
     return fit;
   }
   *spare = (vmem_spare_t){NULL, 0, NULL, NULL, wake};
-  marker->start = seg->start = (uintptr_t)mem;
-  marker->size = seg->size = span;
-  marker->type = VMEM_SPAN;
-  marker->hollow = 0;
-  marker->backing = backing;
-  marker->busy = 0;
-  seg->clean = clean;
-  seg->span = marker;
   free_insert(vm, seg);
   span_attach(vm, marker, seg);
   return seg; /* aligned and large enough (theory 3) */
@@ -413,19 +494,21 @@ static void vmem_spare_drop(vmem_t *vm, const vmem_spare_t *spare) {
   if (spare->seg) meta_free(&vmem_seg_pool, spare->seg);
 }
 
-/* Cuts an allocation of size bytes aligned to align out of free segment s (lock held): the
-   allocated segment, or NULL where no tag was to be had (s stays free). */
-static vmem_seg_t *seg_carve(vmem_t *vm, vmem_seg_t *s, size_t size, size_t align) {
+/* Cuts an allocation of size bytes aligned to align out of free segment s (lock held), with up
+   to two tags from purse: the allocated segment, or NULL where no tag was to be had (s stays
+   free). */
+static vmem_seg_t *seg_carve(vmem_t *vm, vmem_purse_t *purse, vmem_seg_t *s, size_t size,
+                             size_t align) {
   free_remove(vm, s);
   uintptr_t start = (s->start + align - 1) & ~(uintptr_t)(align - 1);
   if (start > s->start) { /* leave the unaligned head free */
-    vmem_seg_t *rest = seg_split(s, start - s->start);
+    vmem_seg_t *rest = seg_split(purse, s, start - s->start);
     free_insert(vm, s);
     if (!rest) return NULL;
     s = rest;
   }
   if (s->size > size) {
-    vmem_seg_t *tail = seg_split(s, size);
+    vmem_seg_t *tail = seg_split(purse, s, size);
     if (!tail) {
       free_insert(vm, s);
       return NULL;
@@ -455,14 +538,18 @@ static void *qcache_take(vmem_t *vm, size_t size, size_t align) {
 unsigned vmem_alloc_some(vmem_t *vm, size_t size, size_t align, void **out, bool *clean,
                          unsigned n) {
   unsigned k = 0;
+  vmem_purse_t purse = {NULL, 0};
   lock_acquire(&vm->lock);
   for (; k < n && (out[k] = qcache_take(vm, size, align)); k++)
     if (clean) clean[k] = false;
+  if (k < n) tags_take(vm, &purse, 2 * (n - k));
   for (vmem_seg_t *s;
-       k < n && (s = vmem_find(vm, size, align)) && (s = seg_carve(vm, s, size, align)); k++) {
+       k < n && (s = vmem_find(vm, size, align)) && (s = seg_carve(vm, &purse, s, size, align));
+       k++) {
     out[k] = (void *)s->start;
     if (clean) clean[k] = s->clean;
   }
+  tags_give(vm, &purse);
   size_t grow = vm->hash_count > vm->hash_size ? vm->hash_size * 4 : 0;
   lock_release(&vm->lock);
   if (grow) hash_grow(vm, grow);
@@ -476,6 +563,7 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   if (align < q) align = q;
   bool own = (flags & VMEM_OWN) != 0; /* only shapes the import, if one is needed */
   vmem_spare_t spare = {NULL, 0, NULL, NULL, false};
+  vmem_purse_t purse;
   lock_acquire(&vm->lock);
   void *cached = qcache_take(vm, size, align);
   if (cached) {
@@ -483,6 +571,7 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
     *clean = false;
     return cached;
   }
+  tags_take(vm, &purse, 2);
   vmem_seg_t *s;
   for (;;) {
     s = vmem_find(vm, size, align);
@@ -494,7 +583,8 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   }
   if (!s && own && align == q && vm->remap) s = span_regrow(vm, size, &spare);
   if (!s && !(s = vmem_import(vm, size, align, own, &spare))) goto fail;
-  if (!(s = seg_carve(vm, s, size, align))) goto fail;
+  if (!(s = seg_carve(vm, &purse, s, size, align))) goto fail;
+  tags_give(vm, &purse);
   size_t grow = vm->hash_count > vm->hash_size ? vm->hash_size * 4 : 0;
   void *p = (void *)s->start;
   *clean = s->clean;
@@ -503,6 +593,7 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   if (grow) hash_grow(vm, grow);
   return p;
 fail:
+  tags_give(vm, &purse);
   lock_release(&vm->lock);
   vmem_spare_drop(vm, &spare);
   return NULL;
@@ -518,14 +609,14 @@ static vmem_seg_t *coalesce(vmem_t *vm, vmem_seg_t *s) {
     if (s->clean != next->clean) vm->dirty += s->clean ? s->size : next->size;
     s->clean &= next->clean;
     s->size += next->size;
-    seg_unlink(next);
+    seg_unlink(vm, next);
   }
   if (prev->type == VMEM_FREE) {
     free_remove(vm, prev);
     if (s->clean != prev->clean) vm->dirty += s->clean ? s->size : prev->size;
     prev->clean &= s->clean;
     prev->size += s->size;
-    seg_unlink(s);
+    seg_unlink(vm, s);
     s = prev;
   }
   return s;
@@ -547,8 +638,8 @@ static bool span_release(vmem_t *vm, vmem_seg_t *s, vmem_jobs_t *jobs) {
   if (!s->clean) vm->dirty -= s->size;
   vm->imported -= s->size;
   jobs->job[jobs->n++] = (vmem_job_t){NULL, s->start, s->size, 0, 0};
-  seg_unlink(s);
-  seg_unlink(marker);
+  seg_unlink(vm, s);
+  seg_unlink(vm, marker);
   return true;
 }
 
@@ -643,7 +734,9 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
   if (new_size == old_size) return addr;
   vmem_job_t room[1];
   vmem_jobs_t jobs = VMEM_JOBS_IN(room);
+  vmem_purse_t purse;
   lock_acquire(&vm->lock);
+  tags_take(vm, &purse, 1);
   vmem_seg_t *s = hash_find(vm, (uintptr_t)addr);
   if (!s || s->size != old_size)
     report_fatal("vmem_resize of a range the arena did not allocate", addr, old_size);
@@ -653,7 +746,7 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
     if (span_remap(vm, s, new_size)) result = (void *)s->start;
     hash_insert(vm, s);
   } else if (new_size < old_size) {
-    vmem_seg_t *tail = seg_split(s, new_size); /* an ALLOC tag outside the hash */
+    vmem_seg_t *tail = seg_split(&purse, s, new_size); /* an ALLOC tag outside the hash */
     if (tail) {
       seg_free(vm, tail, &jobs);
       jobs_run(vm, &jobs);
@@ -664,20 +757,21 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
     size_t need = new_size - old_size;
     if (next->type == VMEM_FREE && next->size >= need) {
       free_remove(vm, next);
-      vmem_seg_t *rest = next->size > need ? seg_split(next, need) : next;
+      vmem_seg_t *rest = next->size > need ? seg_split(&purse, next, need) : next;
       if (rest) {
         if (rest != next) free_insert(vm, rest);
         if (!next->clean) vm->dirty -= need;
         s->size += need;
         vm->in_use += need;
         s->span->used += need;
-        seg_unlink(next);
+        seg_unlink(vm, next);
         result = addr;
       } else {
         free_insert(vm, next);
       }
     }
   }
+  tags_give(vm, &purse);
   lock_release(&vm->lock);
   return result;
 }
@@ -774,6 +868,10 @@ void vmem_check(vmem_t *vm) {
   if (imported != vm->imported || in_use != vm->in_use || dirty != vm->dirty ||
       listed != free_count)
     report_fatal("vmem: accounting disagrees with the segments", NULL, imported);
+  unsigned stocked = 0;
+  for (vmem_seg_t *t = vm->tags; t; t = t->lnext, stocked++)
+    if (t->type || t->size) report_fatal("vmem: a spare tag is in use", t, t->type);
+  if (stocked != vm->tags_n) report_fatal("vmem: the spare tags miscounted", NULL, stocked);
   lock_release(&vm->lock);
 }
 

@@ -68,6 +68,8 @@ typedef struct vmem {
   size_t dirty;       /* bytes in FREE segments that may hold data (not purged) */
   unsigned unlocked;  /* threads importing or giving back pages outside its lock (theory 10) */
   uint32_t importing; /* 1 while a thread imports, 2 once one waits (a futex they sleep on) */
+  vmem_seg_t *tags;   /* spare segment tags, linked by lnext, their pages mapped (vmem.c 11) */
+  unsigned tags_n;
 } vmem_t;
 
 void vmem_init(vmem_t *vm, const char *name, size_t quantum, vmem_import_t *import,

@@ -12,8 +12,9 @@
  *      handler or in a forked child; nothing here allocates or takes a lock.
  *   4. Quiet locks (inject.h): a thread notes its page-fault count (getrusage, RUSAGE_THREAD)
  *      when it takes one, and adds the difference to the count reported at exit when it lets
- *      it go. It keeps up to 4 at once (the registry, a CPU's, a depot's); one taken beyond is
- *      not watched, and one it no longer knows (forgotten, or taken before a fork) is ignored.
+ *      it go. It keeps up to 4 at once (the registry, a CPU's, a depot's, an arena's); one
+ *      taken beyond is not watched, and one it no longer knows (forgotten, or taken before a
+ *      fork) is ignored.
  */
 #define _GNU_SOURCE
 #include "inject.h"
@@ -29,7 +30,7 @@ static uint64_t inject_seed;
 static uint64_t inject_counts[INJECT_POINTS]; /* atomic */
 static __thread uint64_t inject_state;        /* the thread's generator; 0: not seeded yet */
 
-#define INJECT_QUIET_SETS 4
+#define INJECT_QUIET_SETS 8
 #define INJECT_HELD 4
 static struct {
   uintptr_t first;

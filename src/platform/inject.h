@@ -10,10 +10,10 @@
  * microseconds. Points may hold locks: the actions take none and never allocate.
  *
  * Quiet locks: the locks a crowd of threads waits on while their holder only updates a few
- * words (the thread registry, the CPUs' locks, malloc's depots) must never be held across a
- * page fault, whose return to the program is a preemption point as a system call's is. Their
- * owners name them (INJECT_QUIET), and the test build counts the page faults each thread takes
- * while it holds one; the count is reported at exit.
+ * words (the thread registry, the CPUs' locks, malloc's depots, the arenas') must never be held
+ * across a page fault, whose return to the program is a preemption point as a system call's
+ * is. Their owners name them (INJECT_QUIET), and the test build counts the page faults each
+ * thread takes while it holds one; the count is reported at exit.
  */
 #ifndef MAGPIE_INJECT_H
 #define MAGPIE_INJECT_H
@@ -40,7 +40,7 @@ typedef enum inject_point {
    under quiet locks. */
 void inject_start(uint64_t seed);
 void inject_at(inject_point_t point);
-/* The count locks at first, first + stride, ... are quiet (at most 4 such sets, named at
+/* The count locks at first, first + stride, ... are quiet (at most 8 such sets, named at
    bring-up). */
 void inject_quiet(const void *first, size_t count, size_t stride);
 /* A lock was taken (is being let go): lock.h's, for the quiet ones' page faults. */

@@ -5,10 +5,12 @@
  * served from them too), several allocations under one hold of the lock, that a full
  * reap gives every imported span back to the parent, that pages go back and spans come in and
  * are remapped with the arena's lock free (the linker wraps os_purge_list_run here:
- * tests/unit/CMakeLists.txt), threads that import at once keeping one span; and that a purge
- * list zeroes the pages it lists and no other, in batches and one by one.
+ * tests/unit/CMakeLists.txt), threads that import at once keeping one span; that segment tags
+ * are made with the lock free (it wraps meta_alloc too); and that a purge list zeroes the pages
+ * it lists and no other, in batches and one by one.
  */
 #include "vmem.h"
+#include "meta.h"
 #include "os.h"
 #include "unit.h"
 
@@ -61,6 +63,23 @@ void __wrap_os_purge_list_run(os_purge_list_t *list) {
     }
   }
   __real_os_purge_list_run(list);
+}
+
+/* Segment tags made while the lock of the arena whose tags are watched was held: none may be
+   (vmem.c theory 11: a tag's first write may fault, and a pool that ran dry maps a chunk). */
+static vmem_t *tags_watched;
+static int tags_made, tags_made_locked;
+
+void *__real_meta_alloc(meta_pool_t *pool);
+void *__wrap_meta_alloc(meta_pool_t *pool) {
+  if (tags_watched) {
+    tags_made++;
+    if (!lock_try(&tags_watched->lock))
+      tags_made_locked++;
+    else
+      lock_release(&tags_watched->lock);
+  }
+  return __real_meta_alloc(pool);
 }
 
 /* Imports into the watched arena: how many; what the next does meanwhile (a thread that also
@@ -355,6 +374,7 @@ int main(void) {
   int nlive = 0;
   size_t peak_imported = 0, peak_in_use = 0;
   uint64_t rng = 42;
+  tags_watched = &vm;
   for (int op = 0; op < 20000; op++) {
     uint64_t r = unit_rand(&rng);
     if (nlive < LIVE_MAX && (nlive == 0 || r % 100 < 55)) {
@@ -437,6 +457,8 @@ int main(void) {
       UCHECK(some[i] != some[j]);
   }
   vmem_check(&vm);
+  UCHECK(tags_made > 0 && tags_made_locked == 0);
+  tags_watched = NULL;
   for (int i = 0; i < SOME; i++)
     vmem_free(&vm, some[i], 16 * OS_PAGE);
   vmem_reap(&vm, 0, true);
