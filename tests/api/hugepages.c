@@ -18,7 +18,8 @@
  *               huge pages MADV_NOHUGEPAGE (VmFlags "nh"), so khugepaged does not fill them again.
  *   hugetlb     runs itself with hugepages=hugetlb where the kernel has no hugetlb pages
  *               reserved: magpie warns, naming the option, and goes on with hugepages=auto.
- * Without THP (madvise or always) the test is skipped.
+ * Without THP (madvise or always) the test is skipped. The heap profiler is off (profile_rate=0):
+ * its samples are whole pages of the heap arena, which a check of a block's mapping could pick.
  */
 #include "check.h"
 #include "magpie.h"
