@@ -18,12 +18,19 @@
  *      count it in its class (prof_class_totals), not among the large blocks.
  *   3. Stacks are captured before the lock (the unwinder may take the dynamic loader's lock,
  *      which a thread in dlopen holds while it allocates), deduplicated in a hash table, and
- *      never freed: the writers read their frames without the lock once listed.
+ *      never freed: the writers read their frames without the lock once listed. A sample finds
+ *      its stack without the lock too (a stack is listed whole, at its bucket's head, and never
+ *      changes); a new one's record is made and filled before the lock, and looked for again
+ *      under it, since another thread may have listed the same stack meanwhile.
  *   4. Records and stacks live in metadata pools, never in the heap they describe.
- *   Locking: prof_lock guards the stacks' figures, the table and the list. Under it only
- *   meta_alloc and meta_free are called (fork.c's order).
+ *   Locking: prof_lock guards the stacks' figures, the table's changes and the list. Under it
+ *   only the page map is written (a sampled block's entry, whose leaf is there), and no page is
+ *   written first: a fault's return is a preemption point, and every thread whose allocation
+ *   or free is sampled would wait for the holder (a quiet lock in the test build,
+ *   platform/inject.h).
  */
 #include "prof.h"
+#include "inject.h"
 #include "large.h"
 #include "mag.h"
 #include "meta.h"
@@ -68,23 +75,37 @@ static uint64_t prof_hash(const uintptr_t *ips, int n) {
   return h ^ (h >> 29);
 }
 
-/* The listed stack with these frames, listed now if new; NULL without memory (prof_lock). */
-static prof_stack_t *prof_stack_get(const uintptr_t *ips, int n) {
-  uint64_t h = prof_hash(ips, n);
-  prof_stack_t **head = &prof_table[h & (PROF_TABLE - 1)];
-  for (prof_stack_t *s = *head; s; s = s->chain)
+/* The listed stack of hash h with these frames in the bucket at head, or NULL. Without the
+   lock (theory 3): a stack is listed whole at its bucket's head (release) and never changes. */
+static prof_stack_t *prof_stack_find(prof_stack_t **head, uint64_t h, const uintptr_t *ips, int n) {
+  for (prof_stack_t *s = __atomic_load_n(head, __ATOMIC_ACQUIRE); s; s = s->chain)
     if (s->hash == h && s->depth == n && memcmp(s->frames, ips, n * sizeof *ips) == 0) return s;
+  return NULL;
+}
+
+/* A new stack's record for the bucket at head, filled in before the lock, the bucket's page
+   written once too (first writes may fault); NULL without memory. */
+static prof_stack_t *prof_stack_make(prof_stack_t **head, uint64_t h, const uintptr_t *ips, int n) {
   prof_stack_t *s = meta_alloc(&prof_stack_pool);
   if (!s) return NULL;
+  os_touch(s, sizeof *s); /* a record may straddle two pages */
+  os_touch(head, sizeof *head);
   s->hash = h;
   s->depth = n;
   memcpy(s->frames, ips, n * sizeof *ips);
-  s->chain = *head;
-  *head = s;
-  s->next = prof_list;
-  prof_list = s;
-  prof_stack_count++;
   return s;
+}
+
+/* The stack listed meanwhile with made's frames, or made, listed now (prof_lock). */
+static prof_stack_t *prof_stack_list(prof_stack_t **head, prof_stack_t *made) {
+  prof_stack_t *s = prof_stack_find(head, made->hash, made->frames, made->depth);
+  if (s) return s;
+  made->chain = *head;
+  __atomic_store_n(head, made, __ATOMIC_RELEASE);
+  made->next = prof_list;
+  prof_list = made;
+  prof_stack_count++;
+  return made;
 }
 
 /* Records large block p, sampled: a request of class c (0: large), whose usable size is the
@@ -99,8 +120,12 @@ static void *prof_record(void *p, size_t size, unsigned c, uint64_t points) {
   prof_block_t *b = meta_alloc(&prof_block_pool); /* filled before the lock: a first write faults */
   if (b)
     *b = (prof_block_t){(uintptr_t)p, entry, NULL, objects, bytes, c ? unit : large_size(entry), c};
+  uint64_t h = prof_hash(ips, depth);
+  prof_stack_t **head = &prof_table[h & (PROF_TABLE - 1)];
+  prof_stack_t *s = prof_stack_find(head, h, ips, depth), *made = NULL;
+  if (!s) made = prof_stack_make(head, h, ips, depth);
   lock_acquire(&prof_lock);
-  prof_stack_t *s = prof_stack_get(ips, depth);
+  if (made) s = prof_stack_list(head, made);
   if (s) {
     s->alloc_objects += objects;
     s->alloc_bytes += bytes;
@@ -118,7 +143,8 @@ static void *prof_record(void *p, size_t size, unsigned c, uint64_t points) {
     }
   }
   lock_release(&prof_lock);
-  if (b && !s) meta_free(&prof_block_pool, b); /* no stack listed: not recorded */
+  if (b && !s) meta_free(&prof_block_pool, b);              /* no stack listed: not recorded */
+  if (made && made != s) meta_free(&prof_stack_pool, made); /* listed by another meanwhile */
   return p;
 }
 
@@ -177,11 +203,26 @@ size_t prof_size(void *p, uintptr_t entry) {
   return prof_block_of(p, entry, "invalid pointer")->usable;
 }
 
+/* The figures the lock's holder writes are written once here (the stacks' table, a page of
+   buckets at a time, when a new stack needs one: prof_stack_make). */
+void prof_init(void) {
+  os_touch(&prof_list, sizeof prof_list);
+  os_touch(&prof_stack_count, sizeof prof_stack_count);
+  os_touch(prof_class_allocs, sizeof prof_class_allocs);
+  os_touch(prof_class_frees, sizeof prof_class_frees);
+  os_touch(&prof_class_pages, sizeof prof_class_pages);
+  os_touch(prof_class_objects, sizeof prof_class_objects);
+  os_touch(prof_class_bytes, sizeof prof_class_bytes);
+  INJECT_QUIET(&prof_lock, 1, sizeof prof_lock); /* theory's locking */
+}
+
 void prof_lock_stats(lock_stats_t *lock) {
   lock_stats_add(lock, &prof_lock);
 }
 
 void prof_class_requests(double objects[SC_COUNT + 1], double bytes[SC_COUNT + 1]) {
+  os_touch(objects, sizeof prof_class_objects); /* written under the lock: no first write there */
+  os_touch(bytes, sizeof prof_class_bytes);
   lock_acquire(&prof_lock);
   memcpy(objects, prof_class_objects, sizeof prof_class_objects);
   memcpy(bytes, prof_class_bytes, sizeof prof_class_bytes);

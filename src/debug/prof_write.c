@@ -392,6 +392,7 @@ bool prof_write(const char *path) {
   size_t rows_bytes = max * sizeof(prof_row_t), frames_bytes = 0;
   prof_row_t *rows = os_map(rows_bytes);
   if (!rows) return false;
+  os_touch(rows, rows_bytes); /* filled under the profiler's lock: no first write there */
   size_t n = prof_snapshot(rows, max);
   if (n > max) n = max;
   prof_frames_t f;

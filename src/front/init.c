@@ -119,6 +119,7 @@ void magpie_init(void) {
   hugepage_init();
   cache_init();
   mag_init();
+  prof_init();
   if (sized_free_trusted() && __cxa_throw) sc_sized_trust(true);
   init_here = 0;
   __atomic_store_n(&init_state, INIT_DONE, __ATOMIC_RELEASE);
