@@ -106,7 +106,9 @@
  *      and the reclaim after an allocation found no memory give the stashed spans back
  *      (slab_stash_flush); a fork's child frees the locks.
  *   Lock order: fork.c's list (slab_lock; a stash's lock; the slab and heap arenas' locks;
- *   metadata pools).
+ *   metadata pools). malloc's slab locks are held across no page fault, as a crowd of threads
+ *   that miss in a class waits on them: what a holder writes first (a refill's record of the
+ *   chunks it wakes, on its stack) is mapped before; the test build counts (platform/inject.h).
  */
 #include "slab.h"
 #include "hugepage.h"
@@ -607,6 +609,7 @@ unsigned slab_alloc(cache_t *cp, void **out, unsigned n, bool run, uint32_t home
   if (cp->size > SLAB_HOME_MAX || cp->tag == PM_TAG_CACHE) home = 0; /* theory 8 */
   slab_t *spare = NULL; /* made here while others listed slabs: taken from last, if at all */
   slab_wake_t wake;
+  os_touch(&wake, sizeof wake); /* written under the lock where chunks wake: mapped before */
   wake.s = NULL;
   wake.chunks = 0;
   lock_acquire(&cp->slab_lock);
@@ -922,6 +925,8 @@ static size_t slab_check_list(cache_t *cp, slab_t *list, bool owned) {
 
 void slab_check(cache_t *cp) {
   lock_acquire(&cp->slab_lock);
+  INJECT_LOCK_FORGET(); /* it reads the page map and hollow chunks: a test's faults, not a crowd's
+                         */
   size_t owned = slab_check_list(cp, cp->owned, true);
   if (owned != cp->owners) report_fatal("slab: owned slabs miscounted", NULL, owned);
   size_t listed = owned + slab_check_list(cp, cp->partial, false);

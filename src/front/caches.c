@@ -75,6 +75,7 @@ void cache_init(void) {
     malloc_caches[c].id = c;
   }
   INJECT_QUIET(&malloc_caches[0].depot.lock, SC_COUNT + 1, sizeof(cache_t)); /* depot.c theory 6 */
+  INJECT_QUIET(&malloc_caches[0].slab_lock, SC_COUNT + 1, sizeof(cache_t));  /* slab.c's locks */
 }
 
 /* Returns unneeded magazines (all of them when everything) and purges down to keep_dirty;

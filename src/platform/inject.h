@@ -10,8 +10,8 @@
  * microseconds. Points may hold locks: the actions take none and never allocate.
  *
  * Quiet locks: the locks a crowd of threads waits on while their holder only updates a few
- * words (the thread registry, the CPUs' locks, malloc's depots, the arenas', the heap
- * profiler's) must never be held across a page fault, whose return to the program is a
+ * words (the thread registry, the CPUs' locks, malloc's depots and slab locks, the arenas',
+ * the heap profiler's) must never be held across a page fault, whose return to the program is a
  * preemption point as a system call's is. Their owners name them (INJECT_QUIET), and the
  * test build counts the page faults each thread takes while it holds one; the count is
  * reported at exit.
