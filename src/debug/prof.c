@@ -88,8 +88,8 @@ static prof_stack_t *prof_stack_find(prof_stack_t **head, uint64_t h, const uint
 static prof_stack_t *prof_stack_make(prof_stack_t **head, uint64_t h, const uintptr_t *ips, int n) {
   prof_stack_t *s = meta_alloc(&prof_stack_pool);
   if (!s) return NULL;
-  os_touch(s, sizeof *s); /* a record may straddle two pages */
-  os_touch(head, sizeof *head);
+  os_touch(s, sizeof *s);                        /* a record may straddle two pages */
+  __atomic_fetch_add(head, 0, __ATOMIC_RELAXED); /* its value kept: others read it meanwhile */
   s->hash = h;
   s->depth = n;
   memcpy(s->frames, ips, n * sizeof *ips);
@@ -100,7 +100,7 @@ static prof_stack_t *prof_stack_make(prof_stack_t **head, uint64_t h, const uint
 static prof_stack_t *prof_stack_list(prof_stack_t **head, prof_stack_t *made) {
   prof_stack_t *s = prof_stack_find(head, made->hash, made->frames, made->depth);
   if (s) return s;
-  made->chain = *head;
+  made->chain = __atomic_load_n(head, __ATOMIC_RELAXED); /* others read it without the lock */
   __atomic_store_n(head, made, __ATOMIC_RELEASE);
   made->next = prof_list;
   prof_list = made;
