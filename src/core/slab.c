@@ -925,8 +925,7 @@ static size_t slab_check_list(cache_t *cp, slab_t *list, bool owned) {
 
 void slab_check(cache_t *cp) {
   lock_acquire(&cp->slab_lock);
-  INJECT_LOCK_FORGET(); /* it reads the page map and hollow chunks: a test's faults, not a crowd's
-                         */
+  INJECT_LOCK_FORGET(); /* it reads the page map and hollow chunks: not a crowd's faults */
   size_t owned = slab_check_list(cp, cp->owned, true);
   if (owned != cp->owners) report_fatal("slab: owned slabs miscounted", NULL, owned);
   size_t listed = owned + slab_check_list(cp, cp->partial, false);

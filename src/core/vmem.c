@@ -62,16 +62,15 @@
  *      at a time (below) that costs one import, not one a thread. Importing runs outside the
  *      lock too: a mapping is system calls (or the parent's lock), and a thread whose time is
  *      up is preempted on its way back from one, with every thread that makes a slab waiting
- *      behind it. One thread imports at a time
- *      (`importing`): others that find no room meanwhile wait for it without the lock and look
- *      again, so that a crowd maps one span, not one each, and only threads that need new
- *      memory wait at all. An importer that, under the lock again, finds room a free made
- *      meanwhile takes it and gives its span back untouched, after the lock. Remapping runs
- *      outside the lock as well (mremap moves a big block's page tables): the span leaves the
- *      address list and the counts (an allocated one the hash, a free one its list) where
- *      nothing finds it, and comes back, moved or not, at the list's end; a regrow stands for
- *      an import (`importing`). `unlocked` counts the threads between, so that fork's prepare
- *      can wait for them (lock_acquire_settled).
+ *      behind it. One thread imports at a time (`importing`): others that find no room meanwhile
+ *      wait for it without the lock and look again, so that a crowd maps one span, not one each,
+ *      and only threads that need new memory wait at all. An importer that, under the lock again,
+ *      finds room a free made meanwhile takes it and gives its span back untouched, after the lock.
+ *      Remapping runs outside the lock as well (mremap moves a big block's page tables): the span
+ *      leaves the address list and the counts (an allocated one the hash, a free one its list)
+ *      where nothing finds it, and comes back, moved or not, at the list's end; a regrow stands for
+ *      an import (`importing`). `unlocked` counts the threads between, so that fork's prepare can
+ *      wait for them (lock_acquire_settled).
  *   11. Nothing under the lock takes a page fault (or maps memory): a fault's return to the
  *      program is a preemption point, as a system call's is, and every thread that makes a
  *      slab or a large block would wait for the preempted holder. The tags a request may split
@@ -119,12 +118,6 @@ typedef struct vmem_jobs {
   vmem_job_t *job;
 } vmem_jobs_t;
 #define VMEM_JOBS_IN(room) ((vmem_jobs_t){0, sizeof(room) / sizeof((room)[0]), (room)})
-
-/* The spare tags a request holds for its splits (theory 11), linked by lnext. */
-typedef struct vmem_purse {
-  vmem_seg_t *tags;
-  unsigned n;
-} vmem_purse_t;
 
 static meta_pool_t vmem_seg_pool = META_POOL(sizeof(vmem_seg_t));
 
@@ -236,9 +229,10 @@ static void seg_link_after(vmem_seg_t *prev, vmem_seg_t *s) {
 
 /* ---- segment tags (theory 11) ---- */
 
-/* Gives purse want tags from the stock (lock held), letting the lock go while the pool makes
-   more where the stock has fewer; short only where the pool had no memory. */
-static void tags_take(vmem_t *vm, vmem_purse_t *purse, unsigned want) {
+/* A purse of want tags from the stock, linked by lnext, for a request's splits (lock held),
+   letting the lock go while the pool makes more where the stock has fewer; short only where
+   the pool had no memory. */
+static vmem_seg_t *tags_take(vmem_t *vm, unsigned want) {
   while (vm->tags_n < want) {
     unsigned make = want - vm->tags_n + VMEM_TAGS_MORE, made = 0;
     vmem_seg_t *tags = NULL, *last = NULL;
@@ -258,15 +252,15 @@ static void tags_take(vmem_t *vm, vmem_purse_t *purse, unsigned want) {
     }
     if (made < make) break;
   }
-  *purse = (vmem_purse_t){NULL, 0};
-  while (purse->n < want && vm->tags) {
+  vmem_seg_t *purse = NULL;
+  for (unsigned n = 0; n < want && vm->tags; n++) {
     vmem_seg_t *t = vm->tags;
     vm->tags = t->lnext;
     vm->tags_n--;
-    t->lnext = purse->tags;
-    purse->tags = t;
-    purse->n++;
+    t->lnext = purse;
+    purse = t;
   }
+  return purse;
 }
 
 /* Puts tag t, no longer in use, back in the stock, or in the pool past VMEM_TAGS_KEEP (lock
@@ -281,14 +275,13 @@ static void tag_put(vmem_t *vm, vmem_seg_t *t) {
   vm->tags_n++;
 }
 
-/* Puts the tags a request did not use back in the stock (lock held). */
-static void tags_give(vmem_t *vm, vmem_purse_t *purse) {
-  while (purse->tags) {
-    vmem_seg_t *t = purse->tags;
-    purse->tags = t->lnext;
+/* Puts the tags of its purse a request did not use back in the stock (lock held). */
+static void tags_give(vmem_t *vm, vmem_seg_t *purse) {
+  while (purse) {
+    vmem_seg_t *t = purse;
+    purse = t->lnext;
     tag_put(vm, t);
   }
-  purse->n = 0;
 }
 
 static void seg_unlink(vmem_t *vm, vmem_seg_t *s) {
@@ -299,11 +292,10 @@ static void seg_unlink(vmem_t *vm, vmem_seg_t *s) {
 
 /* Splits s at offset with a tag from purse: s keeps [start, start+offset), the returned tag
    the rest (same type); NULL where the purse is empty. */
-static vmem_seg_t *seg_split(vmem_purse_t *purse, vmem_seg_t *s, size_t offset) {
-  vmem_seg_t *rest = purse->tags;
+static vmem_seg_t *seg_split(vmem_seg_t **purse, vmem_seg_t *s, size_t offset) {
+  vmem_seg_t *rest = *purse;
   if (!rest) return NULL;
-  purse->tags = rest->lnext;
-  purse->n--;
+  *purse = rest->lnext;
   rest->start = s->start + offset;
   rest->size = s->size - offset;
   rest->type = s->type;
@@ -497,7 +489,7 @@ static void vmem_spare_drop(vmem_t *vm, const vmem_spare_t *spare) {
 /* Cuts an allocation of size bytes aligned to align out of free segment s (lock held), with up
    to two tags from purse: the allocated segment, or NULL where no tag was to be had (s stays
    free). */
-static vmem_seg_t *seg_carve(vmem_t *vm, vmem_purse_t *purse, vmem_seg_t *s, size_t size,
+static vmem_seg_t *seg_carve(vmem_t *vm, vmem_seg_t **purse, vmem_seg_t *s, size_t size,
                              size_t align) {
   free_remove(vm, s);
   uintptr_t start = (s->start + align - 1) & ~(uintptr_t)(align - 1);
@@ -538,18 +530,17 @@ static void *qcache_take(vmem_t *vm, size_t size, size_t align) {
 unsigned vmem_alloc_some(vmem_t *vm, size_t size, size_t align, void **out, bool *clean,
                          unsigned n) {
   unsigned k = 0;
-  vmem_purse_t purse = {NULL, 0};
   lock_acquire(&vm->lock);
   for (; k < n && (out[k] = qcache_take(vm, size, align)); k++)
     if (clean) clean[k] = false;
-  if (k < n) tags_take(vm, &purse, 2 * (n - k));
+  vmem_seg_t *purse = k < n ? tags_take(vm, 2 * (n - k)) : NULL;
   for (vmem_seg_t *s;
        k < n && (s = vmem_find(vm, size, align)) && (s = seg_carve(vm, &purse, s, size, align));
        k++) {
     out[k] = (void *)s->start;
     if (clean) clean[k] = s->clean;
   }
-  tags_give(vm, &purse);
+  tags_give(vm, purse);
   size_t grow = vm->hash_count > vm->hash_size ? vm->hash_size * 4 : 0;
   lock_release(&vm->lock);
   if (grow) hash_grow(vm, grow);
@@ -563,7 +554,6 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   if (align < q) align = q;
   bool own = (flags & VMEM_OWN) != 0; /* only shapes the import, if one is needed */
   vmem_spare_t spare = {NULL, 0, NULL, NULL, false};
-  vmem_purse_t purse;
   lock_acquire(&vm->lock);
   void *cached = qcache_take(vm, size, align);
   if (cached) {
@@ -571,8 +561,7 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
     *clean = false;
     return cached;
   }
-  tags_take(vm, &purse, 2);
-  vmem_seg_t *s;
+  vmem_seg_t *purse = tags_take(vm, 2), *s;
   for (;;) {
     s = vmem_find(vm, size, align);
     if (s || !vm->importing) break;
@@ -584,7 +573,7 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   if (!s && own && align == q && vm->remap) s = span_regrow(vm, size, &spare);
   if (!s && !(s = vmem_import(vm, size, align, own, &spare))) goto fail;
   if (!(s = seg_carve(vm, &purse, s, size, align))) goto fail;
-  tags_give(vm, &purse);
+  tags_give(vm, purse);
   size_t grow = vm->hash_count > vm->hash_size ? vm->hash_size * 4 : 0;
   void *p = (void *)s->start;
   *clean = s->clean;
@@ -593,7 +582,7 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   if (grow) hash_grow(vm, grow);
   return p;
 fail:
-  tags_give(vm, &purse);
+  tags_give(vm, purse);
   lock_release(&vm->lock);
   vmem_spare_drop(vm, &spare);
   return NULL;
@@ -734,9 +723,8 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
   if (new_size == old_size) return addr;
   vmem_job_t room[1];
   vmem_jobs_t jobs = VMEM_JOBS_IN(room);
-  vmem_purse_t purse;
   lock_acquire(&vm->lock);
-  tags_take(vm, &purse, 1);
+  vmem_seg_t *purse = tags_take(vm, 1);
   vmem_seg_t *s = hash_find(vm, (uintptr_t)addr);
   if (!s || s->size != old_size)
     report_fatal("vmem_resize of a range the arena did not allocate", addr, old_size);
@@ -771,7 +759,7 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
       }
     }
   }
-  tags_give(vm, &purse);
+  tags_give(vm, purse);
   lock_release(&vm->lock);
   return result;
 }

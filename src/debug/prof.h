@@ -48,7 +48,8 @@ void prof_forget(void *p, uintptr_t entry);
 /* Statistics: moves the sampled blocks of small requests, which the large path served, from
    t's large counts to their classes'; *pages: the bytes the live ones hold in large blocks. */
 void prof_class_totals(mag_totals_t *t, uint64_t *pages);
-/* Names the profiler's lock to the test build (platform/inject.h: quiet locks). */
+/* Maps the figures the profiler's lock's holder writes and names the lock to the test build
+   (platform/inject.h: quiet locks). */
 void prof_init(void);
 /* Adds the profiler's lock's counters to *lock (statistics: its samples take it). */
 void prof_lock_stats(lock_stats_t *lock);

@@ -73,9 +73,9 @@ void os_purge_list_run(os_purge_list_t *list);
 /* Maps the range's pages now (their contents stay): 0, or the errno of MADV_POPULATE_WRITE
    (EINVAL before Linux 5.14, where nothing is done; ENOMEM or EFAULT short of memory). */
 int os_populate(void *p, size_t size);
-/* Maps the pages [p, p + size) touches now, by a write to a byte of each (its value kept): for
-   memory of the caller's own, unaligned or too small for os_populate, that the holder of a lock
-   writes first, where the fault's return would be a preemption point. */
+/* Maps the pages [p, p + size) touches now, by a write to a byte of each (its value kept), on
+   any kernel: for memory of the caller's own that the holder of a lock writes first, where the
+   fault's return would be a preemption point. */
 void os_touch(void *p, size_t size);
 #define OS_HUGE ((size_t)2 << 20) /* a transparent huge page (x86-64, arm64 with 4 KiB pages) */
 /* Marks a range for huge pages at fault time and for khugepaged (MADV_HUGEPAGE), or against
