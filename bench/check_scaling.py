@@ -20,8 +20,8 @@ median rate and peak RSS and no failure; magpie's cells name a best peer; the Ma
 ratio table with a number for each thread count; the SVG parses and has the larson panel with a
 line for each allocator; magpie's exit report of every run was read, with operations, misses and
 a busiest class, and the Markdown has its table; every run has its counters (hardware counts,
-or counters=none with the reason), and where any run has a figure per operation the Markdown
-has their table; and no other build of magpie's (magbase, mag<name>) is taken for a peer. Exit
+or counters=none with the reason) and the CPUs' link (a time, or none), and where any run has
+a figure per operation the Markdown has their table; and no other build of magpie's (magbase, mag<name>) is taken for a peer. Exit
 status 1 with the reasons when one fails."""
 
 import csv
@@ -59,6 +59,8 @@ def check(json_path, csv_path, svg_path, md_path, allocs=ALLOCS):
             failures.append("run %s: status %s, result %r" % (r, r["status"], r["result"]))
         if "cycles=" not in r["counters"] and "counters=none:" not in r["counters"]:
             failures.append("run %s: no counters, nor why not" % r)
+        if "link_ns=" not in r["counters"]:
+            failures.append("run %s: no link_ns (the CPUs' link, or none)" % r)
     if any(c["per_op"] for c in data["cells"]) and "## Counters per operation" not in \
             open(md_path).read():
         failures.append("figures per operation, but no table of them in the Markdown")
@@ -76,6 +78,9 @@ def check(json_path, csv_path, svg_path, md_path, allocs=ALLOCS):
                                 (t, c.get("best_peer")))
     with open(md_path) as f:
         md = f.read()
+    if any("link_ns=" in r["counters"] and "link_ns=none" not in r["counters"] for r in rows) \
+            and "The link between two CPUs" not in md:
+        failures.append("runs measured the CPUs' link, but the Markdown does not say it")
     ratio_rows = [line for line in md.splitlines() if line.startswith("| larson | ")]
     if not ratio_rows or len([x for x in ratio_rows[0].split("|")[2:4]
                               if x.strip().replace(".", "").isdigit()]) != 2:

@@ -33,9 +33,19 @@
  * " counters=none:ERRNO" (ENOENT, EACCES, ...) instead; the command runs all the same. The
  * software clock comes last either way where the kernel has it: " task_clock_ns=N", the CPU
  * time of all the command's threads.
+ *
+ * With BENCH_COUNTERS=1 the line also says how long a cache line takes to go from one CPU to
+ * another, measured before the command starts: " link_ns=N", N the nanoseconds of one way
+ * (two threads pinned to the first two CPUs the helper may run on pass a counter back and
+ * forth in one line), or " link_ns=none" with one CPU, where pinning fails, or where the
+ * second thread does not answer within a second. A shared host may place a virtual machine's
+ * CPUs near each other or far apart, and change that while it runs; a program that passes
+ * blocks between threads then runs at two speeds (docs/measurements.md, session 34).
  */
-#define _GNU_SOURCE /* strerrorname_np */
+#define _GNU_SOURCE /* strerrorname_np, pthread_setaffinity_np */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <linux/perf_event.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -56,6 +66,73 @@ static void on_alarm(int sig) {
   (void)sig;
   timed_out = 1;
   kill(-child_pid, SIGKILL);
+}
+
+/* ---- the link between two CPUs (BENCH_COUNTERS=1) ---- */
+
+#define LINK_TRIPS 20000 /* round trips: 40,000 transfers, 1.5-8 ms */
+
+typedef struct {
+  _Alignas(64) volatile long turn; /* even: the first thread's move; odd: the second's */
+  int cpu;                         /* the second thread's CPU */
+  volatile int gone;               /* the first thread gave up: the second stops */
+} link_t;
+
+static bool pin(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+}
+
+static double seconds_since(const struct timespec *t0) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+static void *link_answer(void *arg) {
+  link_t *l = arg;
+  if (!pin(l->cpu)) return NULL;
+  for (long i = 0; i < LINK_TRIPS && !l->gone; i++) {
+    while (l->turn != 2 * i + 1)
+      if (l->gone) return NULL;
+    l->turn = 2 * i + 2;
+  }
+  return NULL;
+}
+
+/* Nanoseconds of one transfer between the first two CPUs of the helper's mask, or -1. */
+static double link_ns(void) {
+  cpu_set_t mask;
+  int cpus[2], n = 0;
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0) return -1;
+  for (int c = 0; c < CPU_SETSIZE && n < 2; c++)
+    if (CPU_ISSET(c, &mask)) cpus[n++] = c;
+  if (n < 2) return -1;
+  static link_t l;
+  l.turn = 0;
+  l.gone = 0;
+  l.cpu = cpus[1];
+  pthread_t t;
+  if (pthread_create(&t, NULL, link_answer, &l) != 0) return -1;
+  double ns = -1;
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  if (pin(cpus[0])) {
+    long i = 0;
+    for (unsigned spins = 0; i < LINK_TRIPS; i++) {
+      while (l.turn != 2 * i && (++spins % 4096 || seconds_since(&t0) < 1.0)) {
+      }
+      if (l.turn != 2 * i) break; /* no answer within a second */
+      l.turn = 2 * i + 1;
+    }
+    if (i == LINK_TRIPS) ns = seconds_since(&t0) * 1e9 / (2.0 * LINK_TRIPS);
+  }
+  l.gone = 1;
+  pthread_join(t, NULL);
+  sched_setaffinity(0, sizeof mask, &mask); /* the command inherits the helper's own mask */
+  return ns;
 }
 
 /* ---- hardware counters (BENCH_COUNTERS=1) ---- */
@@ -163,6 +240,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_rusage: pipe: %s\n", strerror(errno));
     return 2;
   }
+  double link = counting ? link_ns() : -1;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   pid_t pid = fork();
@@ -217,7 +295,13 @@ int main(int argc, char **argv) {
           (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6,
           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6, ru.ru_maxrss,
           timed_out ? " timeout=1" : "");
-  if (counting) counters_write(out, fds, counters_err);
+  if (counting) {
+    if (link >= 0)
+      fprintf(out, " link_ns=%.0f", link);
+    else
+      fputs(" link_ns=none", out);
+    counters_write(out, fds, counters_err);
+  }
   fputc('\n', out);
   fclose(out);
   return code >= 0 ? code : 128 - code;
