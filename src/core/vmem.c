@@ -530,6 +530,8 @@ static void *qcache_take(vmem_t *vm, size_t size, size_t align) {
 unsigned vmem_alloc_some(vmem_t *vm, size_t size, size_t align, void **out, bool *clean,
                          unsigned n) {
   unsigned k = 0;
+  os_touch(out, n * sizeof *out); /* written under the lock: mapped before (theory 11) */
+  if (clean) os_touch(clean, n * sizeof *clean);
   lock_acquire(&vm->lock);
   for (; k < n && (out[k] = qcache_take(vm, size, align)); k++)
     if (clean) clean[k] = false;
