@@ -28,13 +28,18 @@ typedef struct mag {
   void *rounds[];
 } mag_t;
 
+/* A depot keeps magazines by the CPU their giver ran on (depot.c theory 1): CPU i's go on list
+   i % DEPOT_CPU_LISTS. */
+#define DEPOT_CPU_LISTS 16
+
 typedef struct depot {
-  lock_t lock;         /* protects the fields below */
-  mag_t *full, *empty; /* non-empty magazines; empty magazines */
-  uint32_t nfull, nempty;
-  uint32_t full_min;  /* lowest nfull since the last reap: magazines nobody needed */
-  uint32_t empty_min; /* same for nempty */
-  uint32_t cap;       /* rounds in magazines made from now on */
+  lock_t lock;                   /* protects the fields below */
+  mag_t *full[DEPOT_CPU_LISTS];  /* non-empty magazines */
+  mag_t *empty[DEPOT_CPU_LISTS]; /* empty magazines */
+  uint32_t nfull, nempty;        /* on all the lists */
+  uint32_t full_min;             /* lowest nfull since the last reap: magazines nobody needed */
+  uint32_t empty_min;            /* same for nempty */
+  uint32_t cap;                  /* rounds in magazines made from now on */
   uint32_t cap_max;
   uint32_t hot_max;          /* hot growth stops here where givers take back */
   uint64_t contended;        /* lock_try failures since the last reap */

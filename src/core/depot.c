@@ -8,7 +8,13 @@
  *      with the depot under the depot lock: an empty one for a full one when allocating, a
  *      full one for an empty one when freeing. So a thread reaches the depot at most once per
  *      `cap` operations, and producer/consumer pairs pass whole magazines through it: the
- *      consumer's frees become the producer's allocations, nothing is stranded.
+ *      consumer's frees become the producer's allocations, nothing is stranded. Each list is
+ *      kept by the CPU the giver ran on (DEPOT_CPU_LISTS of each), and a taker takes from its
+ *      own CPU's first, then from the next that has one: a magazine and the blocks in it were
+ *      last written on the giver's CPU, and where threads that pass blocks share CPUs (a thread
+ *      and the one it wakes often do) they stay there, where one list handed them to whichever
+ *      CPU asked next, every block a line to move between processors
+ *      (docs/decisions/depot-cpu-lists.md). The lock is still one.
  *   2. Growth: every exchange first tries the lock; failures are counted, and a depot that
  *      saw DEPOT_WINDOW_CONTENDED of them within DEPOT_HOT_EXCHANGES exchanges, or more than
  *      DEPOT_GROW_CONTENDED within a reap interval, doubles the size of the magazines it makes
@@ -92,6 +98,7 @@ static void mag_destroy(mag_t *m) {
 
 void depot_init(cache_t *cp, uint32_t cap, uint32_t cap_max) {
   depot_t *d = &cp->depot;
+  os_touch(d, sizeof *d); /* its lists' pages mapped: their first push is under the lock */
   lock_init(&d->lock);
   d->cap = cap;
   d->cap_max = cap_max;
@@ -131,6 +138,26 @@ static mag_t *pop(mag_t **list, uint32_t *count, uint32_t *low) {
   *list = m->next;
   if (--*count < *low) *low = *count;
   return m;
+}
+
+/* The list of the CPU the thread runs on (theory 1). */
+static unsigned depot_cpu_list(void) {
+  return os_cpu_now() % DEPOT_CPU_LISTS;
+}
+
+/* Pushes m on the list of lists for the CPU the thread runs on. */
+static void push_here(mag_t **lists, uint32_t *count, mag_t *m) {
+  push(&lists[depot_cpu_list()], count, m);
+}
+
+/* Takes a magazine from lists (count on them in all): from list `list` where it has one, else
+   from the next that has. */
+static mag_t *pop_near(mag_t **lists, uint32_t *count, uint32_t *low, unsigned list) {
+  for (unsigned i = 0; i < DEPOT_CPU_LISTS && *count; i++) {
+    mag_t **l = &lists[(list + i) % DEPOT_CPU_LISTS];
+    if (*l) return pop(l, count, low);
+  }
+  return NULL;
 }
 
 /* Gives the rounds of the magazines on list ms, taken off a depot, back to their slabs and the
@@ -178,12 +205,13 @@ static size_t depot_bound(const depot_t *d) {
 
 mag_t *depot_alloc_exchange(cache_t *cp, mag_t *give, uint32_t taker, unsigned how) {
   depot_t *d = &cp->depot;
+  unsigned list = depot_cpu_list();
   if (!depot_lock(d, how)) return DEPOT_BUSY;
-  mag_t *full = pop(&d->full, &d->nfull, &d->full_min);
+  mag_t *full = pop_near(d->full, &d->nfull, &d->full_min, list);
   if (full) {
     d->takes++;
     depot_exchanged(d, true, full->giver != taker);
-    if (give != &mag_empty) push(&d->empty, &d->nempty, give);
+    if (give != &mag_empty) push(&d->empty[list], &d->nempty, give);
   }
   lock_release(&d->lock);
   return full;
@@ -206,7 +234,7 @@ uint32_t depot_cap(cache_t *cp) {
 mag_t *depot_empty_mag(cache_t *cp, unsigned how) {
   depot_t *d = &cp->depot;
   if (!depot_lock(d, how)) return DEPOT_BUSY;
-  mag_t *m = pop(&d->empty, &d->nempty, &d->empty_min);
+  mag_t *m = pop_near(d->empty, &d->nempty, &d->empty_min, depot_cpu_list());
   uint32_t cap = d->cap;
   lock_release(&d->lock);
   if (m && m->cap == cap) return m;
@@ -221,6 +249,7 @@ void depot_stock(cache_t *cp) {
 
 mag_t *depot_free_exchange(cache_t *cp, mag_t *give, unsigned how) {
   depot_t *d = &cp->depot;
+  unsigned list = depot_cpu_list();
   if (!depot_lock(d, how)) return DEPOT_BUSY;
   size_t kept = (size_t)d->nfull * d->cap * cp->size;
   /* the small bound first: below it no clock is read (depot_bound) */
@@ -228,14 +257,14 @@ mag_t *depot_free_exchange(cache_t *cp, mag_t *give, unsigned how) {
     lock_release(&d->lock); /* full enough: the caller gives these objects back to the slabs */
     return give;
   }
-  mag_t *m = pop(&d->empty, &d->nempty, &d->empty_min);
+  mag_t *m = pop_near(d->empty, &d->nempty, &d->empty_min, list);
   if (m && m->cap == d->cap) { /* the common case: one trip */
-    push(&d->full, &d->nfull, give);
+    push(&d->full[list], &d->nfull, give);
     depot_exchanged(d, false, false);
     lock_release(&d->lock);
     return m;
   }
-  if (m) push(&d->empty, &d->nempty, m); /* outdated size: let depot_empty_mag replace it */
+  if (m) push(&d->empty[list], &d->nempty, m); /* outdated size: depot_empty_mag replaces it */
   lock_release(&d->lock);
   m = depot_empty_mag(cp, how);
   if (m && m != DEPOT_BUSY) depot_put(cp, give); /* waits: rare (the depot's size just grew) */
@@ -246,9 +275,9 @@ void depot_put(cache_t *cp, mag_t *m) {
   depot_t *d = &cp->depot;
   depot_lock(d, 0);
   if (m->n)
-    push(&d->full, &d->nfull, m);
+    push_here(d->full, &d->nfull, m);
   else
-    push(&d->empty, &d->nempty, m);
+    push_here(d->empty, &d->nempty, m);
   lock_release(&d->lock);
 }
 
@@ -261,10 +290,11 @@ bool depot_sweep(cache_t *cp, uint64_t now, uint64_t idle_ns) {
     d->takes_swept = d->takes;
     d->swept_since = now;
   }
-  if (idle) { /* the whole list */
-    fulls = d->full;
-    d->full = NULL;
-    d->nfull = d->full_min = 0;
+  if (idle) { /* every full magazine */
+    uint32_t junk = 0, none = 0;
+    while (d->nfull)
+      push(&fulls, &junk, pop_near(d->full, &d->nfull, &none, 0));
+    d->full_min = 0;
   }
   lock_release(&d->lock);
   if (fulls) __atomic_add_fetch(&cp->swept, mags_home(cp, fulls), __ATOMIC_RELAXED);
@@ -279,8 +309,9 @@ void depot_figures(cache_t *cp, depot_figures_t *f) {
   f->mag_rounds = d->cap;
   f->exchanges = d->exchanges;
   f->rounds = 0;
-  for (mag_t *m = d->full; m; m = m->next) /* bounded: DEPOT_FULL_BYTES_MAX, thread exits */
-    f->rounds += m->n;
+  for (unsigned i = 0; i < DEPOT_CPU_LISTS; i++)
+    for (mag_t *m = d->full[i]; m; m = m->next) /* bounded: DEPOT_FULL_BYTES_MAX, thread exits */
+      f->rounds += m->n;
   lock_release(&d->lock);
 }
 
@@ -290,10 +321,10 @@ void depot_reap(cache_t *cp, bool everything) {
   uint32_t junk = 0, none = 0;
   lock_acquire(&d->lock);
   uint32_t nf = everything ? d->nfull : d->full_min, ne = everything ? d->nempty : d->empty_min;
-  while (nf-- > 0)
-    push(&fulls, &junk, pop(&d->full, &d->nfull, &none));
-  while (ne-- > 0)
-    push(&empties, &junk, pop(&d->empty, &d->nempty, &none));
+  for (unsigned list = 0; nf-- > 0; list++)
+    push(&fulls, &junk, pop_near(d->full, &d->nfull, &none, list));
+  for (unsigned list = 0; ne-- > 0; list++)
+    push(&empties, &junk, pop_near(d->empty, &d->nempty, &none, list));
   d->full_min = d->nfull;
   d->empty_min = d->nempty;
   if (__atomic_exchange_n(&d->contended, 0, __ATOMIC_RELAXED) > DEPOT_GROW_CONTENDED) depot_grow(d);

@@ -86,17 +86,20 @@ static void mag_check_own(mag_seen_t *s, tcache_t *tc, unsigned c) {
 static void mag_check_depot(mag_seen_t *s, cache_t *cp) {
   depot_t *d = &cp->depot;
   uint32_t count = 0;
-  for (mag_t *m = d->full; m && count <= d->nfull; m = m->next, count++) {
-    if (m->n == 0) report_fatal("depot: an empty magazine on the full list", m, cp->size);
-    mag_seen_add(s, m);
-  }
-  if (count != d->nfull) report_fatal("depot: the full list is not as long as counted", d, count);
+  for (unsigned i = 0; i < DEPOT_CPU_LISTS; i++)
+    for (mag_t *m = d->full[i]; m && count <= d->nfull; m = m->next, count++) {
+      if (m->n == 0) report_fatal("depot: an empty magazine on a full list", m, cp->size);
+      mag_seen_add(s, m);
+    }
+  if (count != d->nfull) report_fatal("depot: the full lists are not as long as counted", d, count);
   count = 0;
-  for (mag_t *m = d->empty; m && count <= d->nempty; m = m->next, count++) {
-    if (m->n != 0) report_fatal("depot: a magazine with rounds on the empty list", m, m->n);
-    mag_seen_add(s, m);
-  }
-  if (count != d->nempty) report_fatal("depot: the empty list is not as long as counted", d, count);
+  for (unsigned i = 0; i < DEPOT_CPU_LISTS; i++)
+    for (mag_t *m = d->empty[i]; m && count <= d->nempty; m = m->next, count++) {
+      if (m->n != 0) report_fatal("depot: a magazine with rounds on an empty list", m, m->n);
+      mag_seen_add(s, m);
+    }
+  if (count != d->nempty)
+    report_fatal("depot: the empty lists are not as long as counted", d, count);
 }
 
 void mag_check(void) {

@@ -49,6 +49,7 @@
 #include <sched.h>
 #include <time.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -474,6 +475,48 @@ static void span_stash(void) {
   UCHECK(slab_arena_in_use(&after) == base && slab_stashed_bytes == 0);
   magpie_cache_destroy(oc);
   free(o);
+  UCHECK(sched_setaffinity(0, sizeof all, &all) == 0);
+}
+
+/* A depot keeps magazines by the CPU their giver ran on (depot.c theory 1): a taker gets the
+   last one given on its CPU before those given on others (one list, last in first out, would
+   give each the other's), and an empty one likewise. Needs two CPUs whose lists differ. */
+static void depot_by_cpu(cache_t *cp) {
+  cpu_set_t all, on[2];
+  UCHECK(sched_getaffinity(0, sizeof all, &all) == 0);
+  int cpu[2], n = 0;
+  for (int c = 0; c < CPU_SETSIZE && n < 2; c++)
+    if (CPU_ISSET(c, &all) && (n == 0 || c % DEPOT_CPU_LISTS != cpu[0] % DEPOT_CPU_LISTS))
+      cpu[n++] = c;
+  if (n < 2) {
+    printf("layers: depot_by_cpu needs two CPUs; skipped\n");
+    return;
+  }
+  mag_t *m[2];
+  for (int i = 0; i < 2; i++) {
+    CPU_ZERO(&on[i]);
+    CPU_SET(cpu[i], &on[i]);
+    m[i] = depot_empty_mag(cp, DEPOT_MAKE);
+    UCHECK(m[i] != NULL);
+    m[i]->rounds[m[i]->n++] = magpie_cache_alloc((magpie_cache_t *)cp, MAGPIE_DEFAULT);
+  }
+  for (int i = 0; i < 2; i++) { /* full ones given on each CPU, the second last */
+    UCHECK(sched_setaffinity(0, sizeof on[i], &on[i]) == 0);
+    depot_put(cp, m[i]);
+  }
+  for (int i = 0; i < 2; i++) { /* each CPU's taker gets its own, emptied ones back the same */
+    UCHECK(sched_setaffinity(0, sizeof on[i], &on[i]) == 0);
+    mag_t *full = depot_alloc_exchange(cp, &mag_empty, 0, 0);
+    UCHECK(full == m[i]);
+    magpie_cache_free((magpie_cache_t *)cp, full->rounds[--full->n]);
+    depot_put(cp, full);
+  }
+  for (int i = 0; i < 2; i++) {
+    UCHECK(sched_setaffinity(0, sizeof on[i], &on[i]) == 0);
+    UCHECK(depot_empty_mag(cp, 0) == m[i]);
+  }
+  for (int i = 0; i < 2; i++)
+    depot_put(cp, m[i]);
   UCHECK(sched_setaffinity(0, sizeof all, &all) == 0);
 }
 
@@ -936,6 +979,8 @@ int main(int argc, char **argv) {
      threads (depot.c theory 4): fake rounds in depots nothing reaps */
   UCHECK(depot_flow_keeps(1, 1) == false); /* one thread gives and takes its own */
   UCHECK(depot_flow_keeps(1, 2) == true);  /* thread 1 gives, thread 2 takes */
+
+  depot_by_cpu(cp);
 
   /* 6. magazines (written by their thread on every call, up to the end mark above their last
      round) never share a cache line */
