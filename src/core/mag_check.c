@@ -83,23 +83,27 @@ static void mag_check_own(mag_seen_t *s, tcache_t *tc, unsigned c) {
   mag_check_pair(s, &t);
 }
 
+/* Marks the magazines on cp's depot's full lists (each with rounds), or its empty lists (each
+   with none), seen, and checks that they number as many as counted. */
+static void mag_check_depot_lists(mag_seen_t *s, const cache_t *cp, bool full) {
+  const depot_t *d = &cp->depot;
+  uint32_t count = full ? d->nfull : d->nempty, found = 0;
+  for (unsigned i = 0; i < DEPOT_CPU_LISTS; i++)
+    for (mag_t *m = full ? d->full[i] : d->empty[i]; m && found <= count; m = m->next, found++) {
+      if (full && m->n == 0) report_fatal("depot: an empty magazine on a full list", m, cp->size);
+      if (!full && m->n != 0)
+        report_fatal("depot: a magazine with rounds on an empty list", m, m->n);
+      mag_seen_add(s, m);
+    }
+  if (found != count)
+    report_fatal(full ? "depot: the full lists are not as long as counted"
+                      : "depot: the empty lists are not as long as counted",
+                 d, found);
+}
+
 static void mag_check_depot(mag_seen_t *s, cache_t *cp) {
-  depot_t *d = &cp->depot;
-  uint32_t count = 0;
-  for (unsigned i = 0; i < DEPOT_CPU_LISTS; i++)
-    for (mag_t *m = d->full[i]; m && count <= d->nfull; m = m->next, count++) {
-      if (m->n == 0) report_fatal("depot: an empty magazine on a full list", m, cp->size);
-      mag_seen_add(s, m);
-    }
-  if (count != d->nfull) report_fatal("depot: the full lists are not as long as counted", d, count);
-  count = 0;
-  for (unsigned i = 0; i < DEPOT_CPU_LISTS; i++)
-    for (mag_t *m = d->empty[i]; m && count <= d->nempty; m = m->next, count++) {
-      if (m->n != 0) report_fatal("depot: a magazine with rounds on an empty list", m, m->n);
-      mag_seen_add(s, m);
-    }
-  if (count != d->nempty)
-    report_fatal("depot: the empty lists are not as long as counted", d, count);
+  mag_check_depot_lists(s, cp, true);
+  mag_check_depot_lists(s, cp, false);
 }
 
 void mag_check(void) {
