@@ -233,8 +233,9 @@ uint32_t depot_cap(cache_t *cp) {
 
 mag_t *depot_empty_mag(cache_t *cp, unsigned how) {
   depot_t *d = &cp->depot;
+  unsigned list = depot_cpu_list();
   if (!depot_lock(d, how)) return DEPOT_BUSY;
-  mag_t *m = pop_near(d->empty, &d->nempty, &d->empty_min, depot_cpu_list());
+  mag_t *m = pop_near(d->empty, &d->nempty, &d->empty_min, list);
   uint32_t cap = d->cap;
   lock_release(&d->lock);
   if (m && m->cap == cap) return m;
