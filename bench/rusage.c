@@ -70,7 +70,7 @@ static void on_alarm(int sig) {
 
 /* ---- the link between two CPUs (BENCH_COUNTERS=1) ---- */
 
-#define LINK_TRIPS 20000 /* round trips: 40,000 transfers, 1.5-8 ms */
+#define LINK_TRIPS 20000 /* round trips: 40,000 transfers */
 
 typedef struct {
   _Alignas(64) volatile long turn; /* even: the first thread's move; odd: the second's */
