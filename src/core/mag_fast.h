@@ -60,8 +60,7 @@ static MP_INLINE void *fast_pop(tcache_t *tc, size_t c) {
     uint32_t *count = &tc->cpu_counts[c].allocs;
     if (!MP_LIKELY(*count >> 31 == 0)) return NULL; /* the slow path folds it (mag.h) */
     void *p = rseq_pop(tc->cpus + MAG_CPU_SLOT(c), mag_consts.rseq_area);
-    if (!MP_LIKELY(!mag_is_end(p))) return NULL; /* empty: p is its end mark */
-    if (p == NULL) __builtin_unreachable();      /* as in fast_own_pop */
+    if (!MP_LIKELY(p != NULL)) return NULL; /* empty */
     STAT_ADD(*count, 1);
     return p;
   }

@@ -196,9 +196,7 @@ static int mag_cpu_trade(char *cpus, unsigned c, int alloc) {
 }
 
 void *mag_cpu_pop_traded(char *cpus, unsigned c) {
-  if (!mag_cpu_trade(cpus, c, 1)) return NULL;
-  void *p = rseq_pop(cpus + MAG_CPU_SLOT(c), mag_consts.rseq_area);
-  return mag_is_end(p) ? NULL : p;
+  return mag_cpu_trade(cpus, c, 1) ? rseq_pop(cpus + MAG_CPU_SLOT(c), mag_consts.rseq_area) : NULL;
 }
 
 int mag_cpu_push_traded(char *cpus, unsigned c, void *p) {

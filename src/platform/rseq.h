@@ -75,25 +75,30 @@ typedef struct rseq_area {
 
 /* Pops an object from the current CPU's loaded magazine of the class at `slot`, whose top the
    slot holds (mag.h: the word below the top is a round, or the magazine's lower end mark, odd).
-   Returns that word: the object popped, or, odd, the end mark of an empty magazine, which pops
-   nothing. Commit: the top, one round lower. */
+   Returns the object popped, or NULL where the word is the end mark of an empty magazine, which
+   pops nothing: the caller's test of the result is the sequence's own branch. Commit: the top,
+   one round lower. */
 static inline void *rseq_pop(char *slot, ptrdiff_t area) {
   void *word;
-  __asm__ __volatile__(
+  __asm__ goto(
       RSEQ_BEGIN("%%rax", "%[area]")
       "movl %%fs:" RSEQ_CPU_ID "(%[area]), %%eax\n\t"
       "shlq $" RSEQ_CPU_SHIFT ", %%rax\n\t"
       "movq (%%rax, %[slot]), %%rcx\n\t" /* the top */
       "movq -8(%%rcx), %[word]\n\t"      /* the round below it, or the lower end mark */
       "testl $1, %k[word]\n\t"
-      "jnz 2f\n\t"
+      "jnz %l[empty]\n\t"
       "subq $8, %%rcx\n\t"
       "movq %%rcx, (%%rax, %[slot])\n"   /* commit: the top lowered */
       RSEQ_END
       : [word] "=&r"(word)
       : [area] "r"(area), [slot] "r"(slot)
-      : "memory", "cc", "rax", "rcx");
+      : "memory", "cc", "rax", "rcx"
+      : empty);
+  if (word == NULL) __builtin_unreachable(); /* a round is a block: the caller need not test */
   return word;
+empty:
+  return NULL;
 }
 
 /* Pushes obj onto the current CPU's loaded magazine of the class at `slot`; 0 if it is full
