@@ -342,6 +342,7 @@ class Outcome:
         self.repro = ""           # shell command that reproduces the run
         self.series = None        # [seconds, live bytes, RSS bytes] samples, where recorded
         self.stderr_tail = ""
+        self.link_ns = None       # bench_rusage's link between two CPUs before the run, or None
 
     @property
     def time(self):
@@ -360,20 +361,25 @@ HELPER = None
 
 
 class Measured:
-    """A finished child: exit status (-N: signal N), wall and CPU seconds, peak RSS, output."""
+    """A finished child: exit status (-N: signal N), wall and CPU seconds, peak RSS, output, and
+    the link between two CPUs that the helper measured before it (its text, or None)."""
 
-    def __init__(self, rc, wall, cpu, maxrss_kib, out, err, timed_out):
+    def __init__(self, rc, wall, cpu, maxrss_kib, out, err, timed_out, link_ns=None):
         self.rc, self.wall, self.cpu, self.maxrss_kib = rc, wall, cpu, maxrss_kib
         self.out, self.err, self.timed_out = out, err, timed_out
+        self.link_ns = link_ns
 
 
 def child_env(preload, extra=None, helper=False):
     """The environment of a child: ours without allocator settings, plus the preload (handed to
-    the helper in BENCH_CHILD_PRELOAD so that the helper itself runs on the system allocator)."""
+    the helper in BENCH_CHILD_PRELOAD so that the helper itself runs on the system allocator,
+    which also times the link between two CPUs before the child starts: BENCH_LINK)."""
     env = dict(os.environ)
-    for k in ("LD_PRELOAD", "BENCH_CHILD_PRELOAD", "MALLOC_CONF", "MIMALLOC_OPTIONS",
-              "MAGPIE_OPTIONS", "MAGPIE_DEBUG", "TCMALLOC_RELEASE_RATE"):
+    for k in ("LD_PRELOAD", "BENCH_CHILD_PRELOAD", "BENCH_LINK", "MALLOC_CONF",
+              "MIMALLOC_OPTIONS", "MAGPIE_OPTIONS", "MAGPIE_DEBUG", "TCMALLOC_RELEASE_RATE"):
         env.pop(k, None)
+    if helper:
+        env["BENCH_LINK"] = "1"
     if preload:
         env["BENCH_CHILD_PRELOAD" if helper else "LD_PRELOAD"] = preload
     if extra:
@@ -420,6 +426,7 @@ class Child:
         wall = time.perf_counter() - self.t0
         self.p.returncode = rc = os.waitstatus_to_exitcode(status)
         cpu, maxrss = ru.ru_utime + ru.ru_stime, ru.ru_maxrss
+        link = None
         if self.statfile:
             with open(self.statfile) as f:
                 kv = dict(t.split("=", 1) for t in f.read().split() if "=" in t)
@@ -428,12 +435,13 @@ class Child:
                 rc, wall = int(kv["status"]), float(kv["wall"])
                 cpu = float(kv["utime"]) + float(kv["stime"])
                 maxrss = int(kv["maxrss_kib"])
+                link = kv.get("link_ns")
         texts = []
         for f in (self.out, self.err):
             f.seek(0)
             texts.append(f.read().decode("utf-8", "replace"))
             f.close()
-        return Measured(rc, wall, cpu, maxrss, texts[0], texts[1], bool(timed_out))
+        return Measured(rc, wall, cpu, maxrss, texts[0], texts[1], bool(timed_out), link)
 
 
 def run_child(argv, preload, timeout, extra_env=None, stdin_path=None, cwd=None, tmp=None):
@@ -468,7 +476,7 @@ def repro_line(preload, argv, extra_env=None, stdin_path=None, cwd=None):
 
 def finish(o, m, want_result=True):
     """Fills Outcome o from Measured m; a RESULT line is required when want_result."""
-    o.wall, o.cpu, o.maxrss_kib = m.wall, m.cpu, m.maxrss_kib
+    o.wall, o.cpu, o.maxrss_kib, o.link_ns = m.wall, m.cpu, m.maxrss_kib, m.link_ns
     o.stderr_tail = "\n".join(m.err.strip().splitlines()[-5:])
     rc, wall = m.rc, m.wall
     if m.timed_out:
@@ -648,6 +656,7 @@ class Runner:
             redis_cmd(port, ["SHUTDOWN", "NOSAVE"])
             stopped = srv.wait(15)
             o.wall, o.cpu, o.maxrss_kib = b.wall, stopped.cpu, stopped.maxrss_kib
+            o.link_ns = stopped.link_ns
             if stopped.timed_out:
                 o.status = "redis-server did not stop"
             elif stopped.rc != 0:
@@ -1365,6 +1374,11 @@ def main():
     vt = variant_table(rows, list(variant_env), stats) if variant_env else None
     failures = [(w.name, a, o) for w in rows for a in names for o in runs.get((w.name, a), [])
                 if not o.ok]
+    # Where the host placed two CPUs far apart for a while, the cross-thread rows ran slower for
+    # a reason of the host's: the report says which runs began so.
+    link = scaling.link_summary((row, o.link_ns) for (row, _), outs in runs.items() for o in outs)
+    link_text = scaling.link_sentence(link) if link else \
+        "The link between two CPUs before each run: not measured (one CPU, or no bench_rusage)."
 
     if mode == "demo":
         print(demo_report(rows, stats, reps, machine))
@@ -1372,6 +1386,7 @@ def main():
         print()
         print("Time, median of %d (lower is better; Nx = ratio to glibc)" % reps)
         print(text_table(*tt))
+        print(link_text)
         print()
         print("Peak RSS, median (lower is better; Nx = ratio to glibc)")
         print(text_table(*rt))
@@ -1410,7 +1425,7 @@ def main():
                 (reps, len(plan_runs), elapsed, machine["loadavg_start"], machine["loadavg_end"],
                  shell_quote(sys.argv[1:])))
         f.write("\n## Time (median; lower is better; Nx = ratio to glibc)\n\n")
-        f.write(md_table(*tt) + "\n")
+        f.write(md_table(*tt) + "\n\n" + link_text + "\n")
         f.write("\n## Time, fastest of the repetitions\n\nOn a shared machine, other "
                 "processes only ever add time, so the minimum is the steadier estimate; where "
                 "it disagrees with the median, the row was disturbed.\n\n")
@@ -1439,9 +1454,10 @@ def main():
                        "metrics": w.metrics, "memory_only": w.memory_only} for w in rows],
         "runs": [{"workload": row, "allocator": a, "ok": o.ok, "status": o.status,
                   "time": o.time, "wall": o.wall, "cpu": o.cpu, "maxrss_kib": o.maxrss_kib,
-                  "result": o.result, "repro": o.repro}
+                  "result": o.result, "repro": o.repro, "link_ns": o.link_ns}
                  for (row, a), outs in runs.items() for o in outs],
         "summary": [{"workload": row, "allocator": a, **s} for (row, a), s in stats.items()],
+        "link": link,
         "series": {},
     }
     # RSS and live bytes over time, from the first run of each (row, allocator) recording them.

@@ -34,13 +34,14 @@
  * software clock comes last either way where the kernel has it: " task_clock_ns=N", the CPU
  * time of all the command's threads.
  *
- * With BENCH_COUNTERS=1 the line also says how long a cache line takes to go from one CPU to
- * another, measured before the command starts: " link_ns=N", N the nanoseconds of one way
- * (two threads pinned to the first two CPUs the helper may run on pass a counter back and
- * forth in one line), or " link_ns=none" with one CPU, where pinning fails, or where the
- * second thread does not answer within a second. A shared host may place a virtual machine's
- * CPUs near each other or far apart, and change that while it runs; a program that passes
- * blocks between threads then runs at two speeds (docs/measurements.md, session 34).
+ * With BENCH_COUNTERS=1, or BENCH_LINK=1 alone (bench/run.py's runs), the line also says how
+ * long a cache line takes to go from one CPU to another, measured before the command starts:
+ * " link_ns=N", N the nanoseconds of one way (two threads pinned to the first two CPUs the
+ * helper may run on pass a counter back and forth in one line), or " link_ns=none" with one
+ * CPU, where pinning fails, or where the second thread does not answer within a second. A
+ * shared host may place a virtual machine's CPUs near each other or far apart, and change that
+ * while it runs; a program that passes blocks between threads then runs at two speeds
+ * (docs/measurements.md, session 34).
  */
 #define _GNU_SOURCE /* strerrorname_np, pthread_setaffinity_np */
 #include <errno.h>
@@ -240,7 +241,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_rusage: pipe: %s\n", strerror(errno));
     return 2;
   }
-  double link = counting ? link_ns() : -1;
+  const char *link_text = getenv("BENCH_LINK");
+  int linking = counting || (link_text != NULL && strcmp(link_text, "1") == 0);
+  double link = linking ? link_ns() : -1;
   struct timespec t0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   pid_t pid = fork();
@@ -254,6 +257,7 @@ int main(int argc, char **argv) {
     if (preload != NULL && preload[0] != '\0') setenv("LD_PRELOAD", preload, 1);
     unsetenv("BENCH_CHILD_PRELOAD");
     unsetenv("BENCH_COUNTERS");
+    unsetenv("BENCH_LINK");
     if (counting) {
       char byte;
       close(go[1]);
@@ -294,13 +298,13 @@ int main(int argc, char **argv) {
           (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6,
           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6, ru.ru_maxrss,
           timed_out ? " timeout=1" : "");
-  if (counting) {
+  if (linking) {
     if (link >= 0)
       fprintf(out, " link_ns=%.0f", link);
     else
       fputs(" link_ns=none", out);
-    counters_write(out, fds, counters_err);
   }
+  if (counting) counters_write(out, fds, counters_err);
   fputc('\n', out);
   fclose(out);
   return code >= 0 ? code : 128 - code;

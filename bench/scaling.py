@@ -418,16 +418,13 @@ def summarise(rows):
 LINK_FAR = 2.5  # a run whose CPUs' link took this many times the median began far apart
 
 
-def link_summary(rows):
-    """The link between two CPUs measured before each run (bench_rusage's link_ns): its median
-    over the runs, and how many runs of each workload began with it LINK_FAR times slower or
-    worse (a shared host placed the CPUs far apart: cross-thread work runs slower then, for
-    reasons of the host's); None where no run measured it."""
-    ns = []
-    for r in rows:
-        v = kv_words(r.get("counters") or "").get("link_ns", "none")
-        if v != "none":
-            ns.append((r["workload"], float(v)))
+def link_summary(links):
+    """The link between two CPUs measured before each run (bench_rusage's link_ns), from
+    (workload, link_ns) pairs, link_ns the helper's text ("none" or absent: not measured): its
+    median over the runs, and how many runs of each workload began with it LINK_FAR times
+    slower or worse (a shared host placed the CPUs far apart: cross-thread work runs slower
+    then, for reasons of the host's); None where no run measured it."""
+    ns = [(w, float(v)) for w, v in links if v not in (None, "none")]
     if not ns:
         return None
     median = statistics.median(v for _, v in ns)
@@ -437,6 +434,17 @@ def link_summary(rows):
             far[w] = far.get(w, 0) + 1
     return {"median_ns": median, "runs": len(ns), "far_runs": sum(far.values()),
             "far_by_workload": far}
+
+
+def link_sentence(link):
+    """What link_summary found, in one sentence for a report."""
+    return ("The link between two CPUs before each run (bench_rusage's `link_ns`): median "
+            "%.0f ns; %d of %d runs began with it %.1fx that or slower%s." %
+            (link["median_ns"], link["far_runs"], link["runs"], LINK_FAR,
+             " (%s): the host had placed the CPUs far apart, and their cells' spread "
+             "includes them" % ", ".join("%s %d" % kv for kv in
+                                         sorted(link["far_by_workload"].items()))
+             if link["far_runs"] else ""))
 
 
 def per_op(counters, result, rate):
@@ -614,13 +622,7 @@ def report(data):
                                           data.get("note", "")), ""]
     link = data.get("link")
     if link:
-        out += ["The link between two CPUs before each run (bench_rusage's `link_ns`): median "
-                "%.0f ns; %d of %d runs began with it %.1fx that or slower%s." %
-                (link["median_ns"], link["far_runs"], link["runs"], LINK_FAR,
-                 " (%s): the host had placed the CPUs far apart, and their cells' spread "
-                 "includes them" % ", ".join("%s %d" % kv for kv in
-                                             sorted(link["far_by_workload"].items()))
-                 if link["far_runs"] else ""), ""]
+        out += [link_sentence(link), ""]
     if data.get("command"):
         out += ["Command: `%s`" % " ".join(data["command"]), ""]
     if m.get("ended", "complete") != "complete":
@@ -813,7 +815,8 @@ def build_data(rows, allocs, skipped, machine, reps, command, note="", preloads_
                            "argv": w[3], "rate": w[4], "unit": w[5]} for w in WORKLOADS
                           if any(k[0] == w[0] for k in stats)],
             "runs": rows,
-            "link": link_summary(rows),
+            "link": link_summary((r["workload"], kv_words(r.get("counters") or "").get("link_ns"))
+                                 for r in rows),
             "cells": [dict(workload=k[0], threads=k[1], allocator=k[2],
                            best_peer=best_peer(stats, k[0], k[1], [a[0] for a in allocs])[0],
                            **v) for k, v in sorted(stats.items())]}
