@@ -21,8 +21,8 @@ ratio table with a number for each thread count; the SVG parses and has the lars
 line for each allocator; magpie's exit report of every run was read, with operations, misses and
 a busiest class, and the Markdown has its table; every run has its counters (hardware counts,
 or counters=none with the reason) and the CPUs' link (a time, or none), and where any run has
-a figure per operation the Markdown has their table; and no other build of magpie's (magbase, mag<name>) is taken for a peer. Exit
-status 1 with the reasons when one fails."""
+a figure per operation the Markdown has their table; and no other build of magpie's (magbase,
+mag<name>) is taken for a peer. Exit status 1 with the reasons when one fails."""
 
 import csv
 import glob
