@@ -168,6 +168,14 @@ static bool block_live(void *p, uintptr_t entry, size_t *size) {
   return false;
 }
 
+/* The class of p where p starts a live block of one of malloc's classes, told by the hot tags
+   as free's fast path tells it (fastpath.h); else 0, and block_size tells what p is. */
+static MP_INLINE unsigned small_block_class(void *p) {
+  uintptr_t a = (uintptr_t)p;
+  size_t c = pagemap_tag(a);
+  return sc_is_object_start(c, a) && *(uintptr_t *)p != (a ^ mag_consts.secret) ? (unsigned)c : 0;
+}
+
 /* The usable size of a block magpie handed out; reports anything else. */
 static size_t block_size(void *p, uintptr_t *entry, const char *what) {
   uintptr_t a = (uintptr_t)p, e = pagemap_get(a), tag = e & PM_TAG_MASK;
@@ -226,9 +234,10 @@ MAGPIE_EXPORT void *magpie_realloc(void *p, size_t size) {
   }
   if (debug_on) return debug_realloc(p, size);
   if (memcheck_on) return realloc_memcheck(p, size);
-  uintptr_t e;
-  size_t old = block_size(p, &e, "invalid realloc");
-  uintptr_t tag = e & PM_TAG_MASK;
+  uintptr_t e = 0;
+  unsigned c = small_block_class(p); /* the common case: its checks done once, here */
+  size_t old = c ? sc_info[c].size : block_size(p, &e, "invalid realloc");
+  uintptr_t tag = c ? c : e & PM_TAG_MASK;
   /* Hysteresis: a block shrunk by less than a quarter stays; one that grows, grows by a
      quarter at least, so that a string appended to piece by piece moves or is remapped
      O(log n) times, not at every page or size class. */
@@ -248,7 +257,10 @@ MAGPIE_EXPORT void *magpie_realloc(void *p, size_t size) {
   void *q = fast_malloc(want);
   if (!q) return NULL; /* errno is ENOMEM; the old block is untouched */
   memcpy(q, p, old < size ? old : size);
-  fast_free(p);
+  if (!c)
+    fast_free(p);
+  else if (!fast_free_start_try(p, c, (uintptr_t)p ^ mag_consts.secret))
+    free_slow(p);
   return q;
 }
 
@@ -302,7 +314,9 @@ MAGPIE_EXPORT size_t magpie_usable_size(void *p) {
   if (debug_on) return debug_usable_size(p);
   if (!p) return 0;
   uintptr_t e;
-  size_t usable = block_size(p, &e, "malloc_usable_size of an invalid pointer");
+  unsigned c = small_block_class(p);
+  size_t usable =
+      c ? sc_info[c].size : block_size(p, &e, "malloc_usable_size of an invalid pointer");
   return memcheck_on ? memcheck_requested(p, usable) : usable; /* as memcheck's own malloc */
 }
 

@@ -23,6 +23,11 @@
  *                   operator delete(p, 32), p = operator new(48) at an address where a 32-byte
  *                   block could start (magpie's sized delete then takes it for one), then
  *                   malloc_trim: reported when p reaches the 32-byte class's slabs
+ *   realloc-freed   realloc(p, 100) after free(p), p = malloc(48)
+ *   realloc-interior
+ *                   realloc(p + 16, 100), p = malloc(64)
+ *   realloc-stack   realloc of a stack address
+ *   usable-freed    malloc_usable_size(p) after free(p), p = malloc(48)
  *
  * Reaching the end means the misuse went unnoticed: exit status 3.
  */
@@ -112,7 +117,8 @@ int main(int argc, char **argv) {
     fprintf(stderr,
             "usage: %s "
             "double-free|free-stack|free-global|free-interior|hollow-double-free|hollow-write|"
-            "sized-double-delete|sized-delete-interior|sized-delete-mismatch\n",
+            "sized-double-delete|sized-delete-interior|sized-delete-mismatch|realloc-freed|"
+            "realloc-interior|realloc-stack|usable-freed\n",
             argv[0]);
     return 2;
   }
@@ -150,6 +156,31 @@ int main(int argc, char **argv) {
     void *interior = opaque_ptr(p + 8);
     announce(kind, interior);
     free(interior);
+  } else if (strcmp(kind, "realloc-freed") == 0 || strcmp(kind, "usable-freed") == 0) {
+    void *p = malloc(opaque_size(48));
+    if (p == NULL) return 2;
+    memset(p, 1, 48);
+    free(p);
+    announce(kind, p);
+    if (kind[0] == 'r')
+      free(realloc(opaque_ptr(p), opaque_size(100)));
+    else
+      printf("usable size %zu\n", malloc_usable_size(opaque_ptr(p)));
+  } else if (strcmp(kind, "realloc-interior") == 0) {
+    char *p = malloc(opaque_size(64));
+    if (p == NULL) return 2;
+    memset(p, 1, 64);
+    void *interior = opaque_ptr(p + 16);
+    announce(kind, interior);
+    free(realloc(interior, opaque_size(100)));
+  } else if (strcmp(kind, "realloc-stack") == 0) {
+    char stack_block[128] __attribute__((aligned(16)));
+    memset(stack_block, 1, sizeof stack_block);
+    void *p = opaque_ptr(stack_block);
+    announce(kind, p);
+    free(realloc(p, opaque_size(100)));
+    stack_block[0] = 2; /* keeps the array alive across the call */
+    opaque_ptr(stack_block);
   } else if (strncmp(kind, "sized-", 6) == 0) {
     sized_delete_misuse(kind, strcmp(kind, "sized-delete-interior") == 0);
   } else if (strncmp(kind, "hollow-", 7) == 0) {
