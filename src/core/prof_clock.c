@@ -75,7 +75,7 @@ static uint64_t prof_clock_allocs(const tcache_t *tc, unsigned c) {
 }
 
 size_t prof_clock_unit(unsigned c, size_t size) {
-  return c ? sc_info[c].size : (size ? size : 1);
+  return c ? sc_size(c) : (size ? size : 1);
 }
 
 uint64_t prof_clock_tick(unsigned c, size_t size) {

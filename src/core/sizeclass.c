@@ -32,10 +32,9 @@
 #define SC_OBJECTS_MIN 8 /* fewer objects per span make slab churn cost more than it saves */
 #define SC_WASTE_SHIFT 4 /* at most span >> 4 bytes of a span may be left over */
 
-sc_info_t sc_info[SC_INFO_ENTRIES];
-uint64_t sc_div_magic[SC_INFO_ENTRIES];
+sc_tables_t sc_tables;
 _Static_assert(SC_INFO_ENTRIES > SC_COUNT && SC_INFO_ENTRIES > PM_TAG_MASK,
-               "every tag indexes sc_info");
+               "every tag indexes sc_tables");
 uint8_t sc_lookup[SC_LOOKUP_MAX / 16 + 1];
 sc_sized_t sc_sized[SC_LOOKUP_MAX / 16 + 1];
 static bool sc_sized_filled; /* its classes written: sc_sized_trust(true) ran */
@@ -51,17 +50,17 @@ size_t sc_span_for(size_t size) {
 void sc_init(void) {
   unsigned c = 1;
   for (uint32_t size = 16; size <= 128; size += 16)
-    sc_info[c++].size = size;
+    sc_tables.info[c++].size = size;
   for (uint32_t base = 128; base < SC_SMALL_MAX; base *= 2)
     for (uint32_t j = 1; j <= 8; j++)
-      sc_info[c++].size = base + j * (base / 8);
+      sc_tables.info[c++].size = base + j * (base / 8);
   for (c = 1; c <= SC_COUNT; c++) {
-    sc_info[c].span_mask = (uint32_t)(sc_span_for(sc_info[c].size) - 1);
-    sc_div_magic[c] = UINT64_MAX / sc_info[c].size + 1;
+    sc_tables.info[c].span_mask = (uint32_t)(sc_span_for(sc_size(c)) - 1);
+    sc_tables.div_magic[c] = UINT64_MAX / sc_size(c) + 1;
   }
   unsigned k = 1; /* the requests ascend, and so do their classes */
   for (size_t i = 0; i <= SC_LOOKUP_MAX / 16; i++) {
-    while (sc_info[k].size < i * 16)
+    while (sc_size(k) < i * 16)
       k++;
     sc_lookup[i] = (uint8_t)k;
   }
@@ -73,9 +72,9 @@ void sc_sized_trust(bool trust) {
     unsigned c = sc_lookup[i];
     if (trust && !sc_sized_filled) { /* read by sized deletes once filled: written once */
       sc_sized[i].class_ = c;
-      sc_sized[i].span_mask = sc_info[c].span_mask;
+      sc_sized[i].span_mask = sc_tables.info[c].span_mask;
     }
-    __atomic_store_n(&sc_sized[i].div_magic, trust ? sc_div_magic[c] : 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&sc_sized[i].div_magic, trust ? sc_tables.div_magic[c] : 0, __ATOMIC_RELAXED);
   }
   sc_sized_filled |= trust;
 }

@@ -18,15 +18,24 @@ typedef struct sc_info {
   uint32_t span_mask; /* slab span size - 1; spans are aligned to their (power-of-two) size */
 } sc_info_t;
 
-/* Indexed by class, and by any page-map tag (pagemap.h): the entries of 0 and of the tags above
-   SC_COUNT are zero, so that sc_is_object_start is false for them and free's fast path need
-   not test the tag's range first. Entries of 8 bytes each, so that free's fast path indexes
-   both tables with its class scaled in the address. */
+/* Two tables indexed by class, and by any page-map tag (pagemap.h): the entries of 0 and of the
+   tags above SC_COUNT are zero, so that sc_is_object_start is false for them and free's fast
+   path need not test the tag's range first. Entries of 8 bytes each, so that free's fast path
+   indexes both with its class scaled in the address; one object, so that it finds both from
+   one address (a position-independent library computes a global array's address before
+   indexing it). */
 #define SC_INFO_ENTRIES 128
-extern MAGPIE_HIDDEN sc_info_t sc_info[SC_INFO_ENTRIES];
-/* A class's UINT64_MAX / size + 1: off % size == 0 iff off * magic < magic. */
-extern MAGPIE_HIDDEN uint64_t sc_div_magic[SC_INFO_ENTRIES];
+typedef struct sc_tables {
+  sc_info_t info[SC_INFO_ENTRIES];
+  uint64_t div_magic[SC_INFO_ENTRIES]; /* UINT64_MAX / size + 1: off % size == 0 iff
+                                          off * magic < magic */
+} sc_tables_t;
+extern MAGPIE_HIDDEN sc_tables_t sc_tables;
 extern MAGPIE_HIDDEN uint8_t sc_lookup[SC_LOOKUP_MAX / 16 + 1];
+
+static MP_INLINE uint32_t sc_size(size_t c) { /* class c's object size (0 for no class) */
+  return sc_tables.info[c].size;
+}
 
 /* A request size's class with the class's object-start test, indexed like sc_lookup: what a C++
    sized delete needs in one 16-byte entry (front/fastpath.h). All zero until
@@ -64,7 +73,7 @@ static MP_INLINE int sc_offset_is_start(uintptr_t a, uint32_t span_mask, uint64_
 
 /* sc_offset_is_start in a slab of class c. False for c 0 or above SC_COUNT (their magic is 0). */
 static MP_INLINE int sc_is_object_start(size_t c, uintptr_t a) {
-  return sc_offset_is_start(a, sc_info[c].span_mask, sc_div_magic[c]);
+  return sc_offset_is_start(a, sc_tables.info[c].span_mask, sc_tables.div_magic[c]);
 }
 
 #endif

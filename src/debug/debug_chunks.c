@@ -66,12 +66,12 @@ bool chunk_get(size_t size, size_t align, size_t front, bool guard, chunk_t *c, 
   if (need == 0) need = 1;
   if (need <= SC_SMALL_MAX && a <= SC_SMALL_MAX) {
     unsigned cls = sc_of(need);
-    while (sc_info[cls].size & (a - 1))
+    while (sc_size(cls) & (a - 1))
       cls++; /* the 256 KiB class is a multiple of any alignment up to it */
     void *obj;
     if (slab_alloc(&malloc_caches[cls], &obj, 1, false, 0) != 1) return false;
     c->base = (uintptr_t)obj;
-    c->size = sc_info[cls].size;
+    c->size = sc_size(cls);
     c->source = SRC_SLAB;
     c->cls = (uint8_t)cls;
   } else {

@@ -42,7 +42,7 @@
 static unsigned class_of(size_t size, size_t align) {
   if (size > SC_SMALL_MAX || align > SC_SMALL_MAX) return 0;
   unsigned c = sc_of(size > align ? size : align);
-  while (sc_info[c].size & (align - 1))
+  while (sc_size(c) & (align - 1))
     c++; /* the 256 KiB class is a multiple of any align */
   return c;
 }
@@ -150,7 +150,7 @@ void free_slow_kind(void *p, size_t size, size_t align, int kind) {
 static bool block_live(void *p, uintptr_t entry, size_t *size) {
   uintptr_t a = (uintptr_t)p, tag = entry & PM_TAG_MASK;
   if (tag >= 1 && tag <= SC_COUNT) {
-    *size = sc_info[tag].size;
+    *size = sc_size(tag);
     return sc_is_object_start((unsigned)tag, a) && *(uintptr_t *)p != (a ^ mag_consts.secret);
   }
   if (tag == PM_TAG_LARGE && (a & (OS_PAGE - 1)) == 0) {
@@ -236,7 +236,7 @@ MAGPIE_EXPORT void *magpie_realloc(void *p, size_t size) {
   if (memcheck_on) return realloc_memcheck(p, size);
   uintptr_t e = 0;
   unsigned c = small_block_class(p); /* the common case: its checks done once, here */
-  size_t old = c ? sc_info[c].size : block_size(p, &e, "invalid realloc");
+  size_t old = c ? sc_size(c) : block_size(p, &e, "invalid realloc");
   uintptr_t tag = c ? c : e & PM_TAG_MASK;
   /* Hysteresis: a block shrunk by less than a quarter stays; one that grows, grows by a
      quarter at least, so that a string appended to piece by piece moves or is remapped
@@ -315,8 +315,7 @@ MAGPIE_EXPORT size_t magpie_usable_size(void *p) {
   if (!p) return 0;
   uintptr_t e;
   unsigned c = small_block_class(p);
-  size_t usable =
-      c ? sc_info[c].size : block_size(p, &e, "malloc_usable_size of an invalid pointer");
+  size_t usable = c ? sc_size(c) : block_size(p, &e, "malloc_usable_size of an invalid pointer");
   return memcheck_on ? memcheck_requested(p, usable) : usable; /* as memcheck's own malloc */
 }
 

@@ -71,7 +71,7 @@ enum { REAPER_NONE, REAPER_RUNNING, REAPER_INLINE }; /* _INLINE: slow paths reap
 void cache_init(void) {
   mag_miss_hook = cache_reap_tick;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    cache_setup(&malloc_caches[c], "malloc", sc_info[c].size, c);
+    cache_setup(&malloc_caches[c], "malloc", sc_size(c), c);
     malloc_caches[c].id = c;
   }
   INJECT_QUIET(&malloc_caches[0].depot.lock, SC_COUNT + 1, sizeof(cache_t)); /* depot.c theory 6 */

@@ -63,7 +63,7 @@ static void stats_fill(stats_summary_t *s, mag_totals_t *t) {
   for (unsigned c = 1; c <= SC_COUNT; c++) {
     s->allocs += t->allocs[c];
     s->frees += t->frees[c];
-    if (t->allocs[c] > t->frees[c]) s->live_bytes += (t->allocs[c] - t->frees[c]) * sc_info[c].size;
+    if (t->allocs[c] > t->frees[c]) s->live_bytes += (t->allocs[c] - t->frees[c]) * sc_size(c);
   }
   debug_figures_t d = {0, 0, 0, 0, 0};
   if (debug_on) /* debug mode serves every block itself */
@@ -180,7 +180,7 @@ static void stats_rounding_shares(double share[SC_COUNT + 1], uint64_t total) {
   prof_class_requests(objects, bytes);
   double sum = 0;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    double size = sc_info[c].size, below = c > 1 ? sc_info[c - 1].size : 0;
+    double size = sc_size(c), below = c > 1 ? sc_size(c - 1) : 0;
     double mean = objects[c] > 0 ? bytes[c] / objects[c] : (size + below + 1) / 2;
     share[c] = mean < size ? (double)stats_totals_buf.allocs[c] * (size - mean) : 0;
     sum += share[c];
@@ -249,7 +249,7 @@ void stats_snapshot(bool report) {
   a->percpu = mag_percpu();
   uint64_t handed_out = 0; /* class bytes of every small allocation (theory 2) */
   for (unsigned c = 1; c <= SC_COUNT; c++)
-    handed_out += stats_totals_buf.allocs[c] * sc_info[c].size;
+    handed_out += stats_totals_buf.allocs[c] * sc_size(c);
   uint64_t small_requested =
       stats_totals_buf.bytes_requested - stats_totals_buf.large_bytes_requested;
   a->rounding_bytes = handed_out > small_requested ? handed_out - small_requested : 0;

@@ -98,7 +98,7 @@ void stats_write_xml(report_buf_t *b) {
     depot_n += r->depot;
     if (!r->mags && !r->depot) continue;
     report_str(b, "  <size");
-    xml_attr(b, "from", r->index > 1 ? sc_info[r->index - 1].size + 1 : 1);
+    xml_attr(b, "from", r->index > 1 ? sc_size(r->index - 1) + 1 : 1);
     xml_attr(b, "to", r->size);
     xml_attr(b, "total", (r->mags + r->depot) * r->size);
     xml_attr(b, "count", r->mags + r->depot);

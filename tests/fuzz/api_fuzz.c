@@ -123,7 +123,7 @@ static size_t in_size(input_t *in) {
   case SZ_TINY:
     return b;
   case SZ_CLASS:
-    return sc_info[1 + b % SC_COUNT].size + near;
+    return sc_size(1 + b % SC_COUNT) + near;
   case SZ_POW2:
     return ((size_t)1 << (b & 63) % 23) + near;
   case SZ_PAGES:
@@ -867,7 +867,7 @@ static const op_t ops[] = {
 #define N_OPS (sizeof ops / sizeof ops[0])
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  magpie_free(magpie_malloc(1)); /* initialises magpie: sc_info is read below */
+  magpie_free(magpie_malloc(1)); /* initialises magpie: sc_tables is read below */
   input_t in = {data, size};
   for (op_index = 0; op_index < FUZZ_MAX_OPS && in.left; op_index++) {
     const op_t *op = &ops[in_byte(&in) % N_OPS];

@@ -867,7 +867,7 @@ int main(int argc, char **argv) {
   static void *blocks[SC_COUNT + 1][PER_CLASS];
   for (unsigned c = 1; c <= SC_COUNT; c++)
     for (int i = 0; i < PER_CLASS; i++) {
-      size_t size = sc_info[c].size;
+      size_t size = sc_size(c);
       void *p = blocks[c][i] = magpie_malloc(size);
       UCHECK(p && ((uintptr_t)p & 15) == 0 && magpie_usable_size(p) == size);
       memset(p, (int)c, size);
@@ -876,7 +876,7 @@ int main(int argc, char **argv) {
     slab_check(&malloc_caches[c]);
     for (int i = 0; i < PER_CLASS; i++) {
       unsigned char *p = blocks[c][i];
-      UCHECK(p[0] == (unsigned char)c && p[sc_info[c].size - 1] == (unsigned char)c);
+      UCHECK(p[0] == (unsigned char)c && p[sc_size(c) - 1] == (unsigned char)c);
       magpie_free(p);
     }
   }
@@ -889,7 +889,7 @@ int main(int argc, char **argv) {
      and 256 rounds (2 rounds at least), or for blocks of 128 bytes and less 64 KiB and 1024
      rounds */
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    size_t size = sc_info[c].size, max = malloc_caches[c].depot.cap_max;
+    size_t size = sc_size(c), max = malloc_caches[c].depot.cap_max;
     size_t bytes = size <= 128 ? (size_t)64 << 10 : (size_t)256 << 10;
     size_t rounds = size <= 128 ? 1024 : 256;
     UCHECK((max & (max - 1)) == 0 && max <= rounds && (max * size <= bytes || max == 2));

@@ -6,9 +6,9 @@
 int main(void) {
   sc_init();
   for (unsigned c = 1; c <= SC_COUNT; c++) {
-    size_t size = sc_info[c].size, span = (size_t)sc_info[c].span_mask + 1;
+    size_t size = sc_size(c), span = (size_t)sc_tables.info[c].span_mask + 1;
     UCHECK(size % 16 == 0);
-    UCHECK(c == 1 || sc_info[c - 1].size < size);
+    UCHECK(c == 1 || sc_size(c - 1) < size);
     UCHECK((span & (span - 1)) == 0 && span >= ((size_t)64 << 10));
     UCHECK(span <= SC_SPAN_MAX);
     UCHECK(span / size >= 8);
@@ -20,7 +20,7 @@ int main(void) {
           sc_is_object_start(c, ((uintptr_t)0x7f5a << 32 | span * 3) + off) != (off % size == 0))
         UCHECK(!"sc_is_object_start disagrees with %");
   }
-  UCHECK(sc_info[SC_COUNT].size == SC_SMALL_MAX);
+  UCHECK(sc_size(SC_COUNT) == SC_SMALL_MAX);
   /* a page-map tag that is no class is no object start anywhere (free's fast path relies on
      it: src/front/fastpath.h) */
   for (unsigned tag = 0; tag < SC_INFO_ENTRIES; tag = tag ? tag + 1 : SC_COUNT + 1)
@@ -30,9 +30,9 @@ int main(void) {
   for (size_t s = 1; s <= SC_SMALL_MAX; s++) {
     unsigned c = sc_of(s);
     UCHECK(c >= 1 && c <= SC_COUNT);
-    UCHECK(sc_info[c].size >= s);
-    UCHECK(c == 1 || sc_info[c - 1].size < s);
-    if (s > 128) UCHECK((sc_info[c].size - s) * 8 < s); /* internal fragmentation < 12.5% */
+    UCHECK(sc_size(c) >= s);
+    UCHECK(c == 1 || sc_size(c - 1) < s);
+    if (s > 128) UCHECK((sc_size(c) - s) * 8 < s); /* internal fragmentation < 12.5% */
   }
   /* sc_sized: all zero until trusted (a distrust before changes nothing); then sc_lookup's
      class and its test, which pass nothing again once distrusted */
@@ -44,8 +44,8 @@ int main(void) {
     sc_sized_trust(trust == 1);
     for (size_t i = 0; i <= SC_LOOKUP_MAX / 16; i++) {
       unsigned c = sc_sized[i].class_;
-      UCHECK(c == sc_lookup[i] && sc_sized[i].span_mask == sc_info[c].span_mask);
-      UCHECK(sc_sized[i].div_magic == (trust == 1 ? sc_div_magic[c] : 0));
+      UCHECK(c == sc_lookup[i] && sc_sized[i].span_mask == sc_tables.info[c].span_mask);
+      UCHECK(sc_sized[i].div_magic == (trust == 1 ? sc_tables.div_magic[c] : 0));
     }
   }
   printf("sizeclass: %u classes ok\n", SC_COUNT);
