@@ -3,7 +3,7 @@
  * about to pass to free ("misuse: <kind> <address as %p>"). Run by expect_abort, which checks
  * that the allocator reported it on stderr with that address and aborted.
  *
- *   double-free     free(p) twice, p = malloc(24)
+ *   double-free     free(p) twice, p = malloc(48)
  *   free-stack      free of a stack address
  *   free-global     free of a global array
  *   free-interior   free(p + 8), p = malloc(64)
@@ -25,7 +25,7 @@
  *                   malloc_trim: reported when p reaches the 32-byte class's slabs
  *   realloc-freed   realloc(p, 100) after free(p), p = malloc(48)
  *   realloc-interior
- *                   realloc(p + 16, 100), p = malloc(64)
+ *                   realloc(p + 8, 100), p = malloc(64)
  *   realloc-stack   realloc of a stack address
  *   usable-freed    malloc_usable_size(p) after free(p), p = malloc(48)
  *
@@ -43,6 +43,16 @@ static char global_block[256] __attribute__((aligned(64)));
 static void announce(const char *kind, const void *addr) {
   printf("misuse: %s %p\n", kind, addr);
   fflush(stdout);
+}
+
+/* The call a misuse makes with p: realloc, malloc_usable_size or free, by kind's first word. */
+static void misuse_call(const char *kind, void *p) {
+  if (strncmp(kind, "realloc-", 8) == 0)
+    free(realloc(opaque_ptr(p), opaque_size(100)));
+  else if (strncmp(kind, "usable-", 7) == 0)
+    printf("usable size %zu\n", malloc_usable_size(opaque_ptr(p)));
+  else
+    free(opaque_ptr(p));
 }
 
 /* Frees (or writes) a block whose page magpie gave back inside its slab, then uses the heap
@@ -130,57 +140,33 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 32; i += 2)
     free(warm[i]);
 
-  if (strcmp(kind, "double-free") == 0) {
-    void *p = malloc(opaque_size(24));
+  if (strcmp(kind, "double-free") == 0 || strcmp(kind, "realloc-freed") == 0 ||
+      strcmp(kind, "usable-freed") == 0) {
+    void *p = malloc(opaque_size(48));
     if (p == NULL) return 2;
-    memset(p, 1, 24);
+    memset(p, 1, 48);
     announce(kind, p);
     free(p);
-    free(opaque_ptr(p));
-  } else if (strcmp(kind, "free-stack") == 0) {
+    misuse_call(kind, p);
+  } else if (strcmp(kind, "free-stack") == 0 || strcmp(kind, "realloc-stack") == 0) {
     char stack_block[128] __attribute__((aligned(16)));
     memset(stack_block, 1, sizeof stack_block);
     void *p = opaque_ptr(stack_block);
     announce(kind, p);
-    free(p);
+    misuse_call(kind, p);
     stack_block[0] = 2; /* keeps the array alive across the call */
     opaque_ptr(stack_block);
   } else if (strcmp(kind, "free-global") == 0) {
     void *p = opaque_ptr(global_block);
     announce(kind, p);
     free(p);
-  } else if (strcmp(kind, "free-interior") == 0) {
+  } else if (strcmp(kind, "free-interior") == 0 || strcmp(kind, "realloc-interior") == 0) {
     char *p = malloc(opaque_size(64));
     if (p == NULL) return 2;
     memset(p, 1, 64);
     void *interior = opaque_ptr(p + 8);
     announce(kind, interior);
-    free(interior);
-  } else if (strcmp(kind, "realloc-freed") == 0 || strcmp(kind, "usable-freed") == 0) {
-    void *p = malloc(opaque_size(48));
-    if (p == NULL) return 2;
-    memset(p, 1, 48);
-    free(p);
-    announce(kind, p);
-    if (kind[0] == 'r')
-      free(realloc(opaque_ptr(p), opaque_size(100)));
-    else
-      printf("usable size %zu\n", malloc_usable_size(opaque_ptr(p)));
-  } else if (strcmp(kind, "realloc-interior") == 0) {
-    char *p = malloc(opaque_size(64));
-    if (p == NULL) return 2;
-    memset(p, 1, 64);
-    void *interior = opaque_ptr(p + 16);
-    announce(kind, interior);
-    free(realloc(interior, opaque_size(100)));
-  } else if (strcmp(kind, "realloc-stack") == 0) {
-    char stack_block[128] __attribute__((aligned(16)));
-    memset(stack_block, 1, sizeof stack_block);
-    void *p = opaque_ptr(stack_block);
-    announce(kind, p);
-    free(realloc(p, opaque_size(100)));
-    stack_block[0] = 2; /* keeps the array alive across the call */
-    opaque_ptr(stack_block);
+    misuse_call(kind, interior);
   } else if (strncmp(kind, "sized-", 6) == 0) {
     sized_delete_misuse(kind, strcmp(kind, "sized-delete-interior") == 0);
   } else if (strncmp(kind, "hollow-", 7) == 0) {
