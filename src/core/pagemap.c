@@ -2,8 +2,9 @@
 #include "pagemap.h"
 
 uintptr_t *pagemap_root[(size_t)1 << PM_ROOT_BITS];
-pagemap_hot_t pagemap_hot = {.root = UINTPTR_MAX, .first = UINTPTR_MAX / 2}; /* matches none */
-static bool pagemap_hot_claimed;                                             /* (atomic) */
+uint8_t pagemap_no_tags[PM_HOT_BYTES >> OS_PAGE_SHIFT];
+pagemap_hot_t pagemap_hot = {.root = UINTPTR_MAX, .base = -PM_HOT_BYTES, .tags = pagemap_no_tags};
+static bool pagemap_hot_claimed; /* (atomic) */
 
 static uintptr_t *pagemap_leaf(uintptr_t addr) {
   uintptr_t **slot = &pagemap_root[pagemap_root_index(addr)];
@@ -30,7 +31,7 @@ static void pagemap_hot_claim(uintptr_t root, uintptr_t *leaf) {
   __atomic_store_n(&pagemap_hot.leaf, leaf, __ATOMIC_RELAXED);
   __atomic_store_n(&pagemap_hot.tags, tags, __ATOMIC_RELAXED);
   __atomic_store_n(&pagemap_hot.root, root, __ATOMIC_RELEASE); /* after its leaf and tags */
-  __atomic_store_n(&pagemap_hot.first, root << PM_LEAF_BITS, __ATOMIC_RELEASE);
+  __atomic_store_n(&pagemap_hot.base, root << (PM_LEAF_BITS + OS_PAGE_SHIFT), __ATOMIC_RELEASE);
 }
 
 bool pagemap_set(uintptr_t addr, size_t size, uintptr_t value) {

@@ -20,10 +20,12 @@
  * The hot tags: the hot leaf's GiB also has one byte a page, its entry's tag (pagemap_tag),
  * which is all free's fast path needs: 64 pages a cache line where the entries hold 8, so a
  * program freeing blocks all over a big heap misses the cache (and the TLB) an eighth as often
- * there. An address's page number less the GiB's first is both the test (below 2^18: in the
- * hot GiB) and the tag's index. Written with the entries from the claim on; a page set before its
- * GiB was claimed reads 0 until set again, which sends its frees to the slow path, where the entry
- * decides.
+ * there. An address less the GiB's first is both the test (below 1 GiB: in the hot GiB) and,
+ * over the page size, the tag's index. Before the claim the hot GiB is the address space's last,
+ * where no block of a program lies, and its tags pagemap_no_tags, all 0: a pointer there (freed
+ * by mistake) takes the slow path too. Written with the entries from the claim on; a page set
+ * before its GiB was claimed reads 0 until set again, which sends its frees to the slow path,
+ * where the entry decides.
  */
 #ifndef MAGPIE_PAGEMAP_H
 #define MAGPIE_PAGEMAP_H
@@ -35,6 +37,7 @@
 
 #define PM_ROOT_BITS 17
 #define PM_LEAF_BITS (OS_ADDR_BITS - OS_PAGE_SHIFT - PM_ROOT_BITS)
+#define PM_HOT_BYTES ((uintptr_t)1 << (PM_LEAF_BITS + OS_PAGE_SHIFT)) /* the hot leaf's GiB */
 #define PM_TAG_MASK ((uintptr_t)127)
 #define PM_TAG_PROFILED ((uintptr_t)124)
 #define PM_TAG_SAMPLE ((uintptr_t)125)
@@ -45,13 +48,13 @@ extern MAGPIE_HIDDEN uintptr_t *pagemap_root[(size_t)1 << PM_ROOT_BITS];
 
 /* Read by every free and written once: a line of its own (the type's alignment pads it). */
 typedef struct pagemap_hot {
-  uintptr_t root;  /* the root index of the hot leaf; none matches before it is claimed */
-  uintptr_t first; /* the page number (address >> OS_PAGE_SHIFT) of its GiB's first page; far
-                      above any page's before it is claimed */
+  uintptr_t root; /* the root index of the hot leaf; none matches before it is claimed */
+  uintptr_t base; /* the address of its GiB's first byte (before the claim: see above) */
   uintptr_t *leaf;
-  uint8_t *tags; /* the tag of each page of the hot leaf, or 0 */
+  uint8_t *tags; /* the tag of each page of the hot GiB, or 0 */
 } __attribute__((aligned(OS_LINE))) pagemap_hot_t;
 extern MAGPIE_HIDDEN pagemap_hot_t pagemap_hot;
+extern MAGPIE_HIDDEN uint8_t pagemap_no_tags[PM_HOT_BYTES >> OS_PAGE_SHIFT];
 
 /* Where addr's entry is: its leaf's index in the root (beyond the root: above the 47-bit
    space), its page's index in the leaf. */
@@ -78,10 +81,11 @@ static MP_INLINE uintptr_t pagemap_get(uintptr_t addr) {
 /* The tag of addr's page (PM_TAG_MASK's bits of its entry), from the hot tags where addr lies in
    the hot leaf's GiB; there it may be 0 where the entry is not (see the theory above). */
 static MP_INLINE uintptr_t pagemap_tag(uintptr_t addr) {
-  uintptr_t page = (addr >> OS_PAGE_SHIFT) - __atomic_load_n(&pagemap_hot.first, __ATOMIC_ACQUIRE);
-  if (MP_LIKELY(page < ((uintptr_t)1 << PM_LEAF_BITS))) /* one compare: in the hot GiB */
-    return __atomic_load_n(&__atomic_load_n(&pagemap_hot.tags, __ATOMIC_RELAXED)[page],
-                           __ATOMIC_RELAXED);
+  uintptr_t off = addr - __atomic_load_n(&pagemap_hot.base, __ATOMIC_ACQUIRE);
+  if (MP_LIKELY(off < PM_HOT_BYTES)) /* one compare: in the hot GiB */
+    return __atomic_load_n(
+        &__atomic_load_n(&pagemap_hot.tags, __ATOMIC_RELAXED)[off >> OS_PAGE_SHIFT],
+        __ATOMIC_RELAXED);
   return pagemap_get(addr) & PM_TAG_MASK;
 }
 

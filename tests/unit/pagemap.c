@@ -2,7 +2,7 @@
    and addresses magpie never mapped (or beyond 47 bits) read as 0; the hot leaf is the first
    malloc slab's (not a large block's, set before it), never changes after, and reads the same
    as through the root; pagemap_tag reads each entry's tag, from the hot tags in the hot GiB,
-   where a page set before the claim reads 0 until set again. */
+   where a page set before the claim reads 0 until set again, and reads 0 before any claim. */
 #include "pagemap.h"
 #include "unit.h"
 
@@ -10,6 +10,8 @@ int main(void) {
   uintptr_t leaf_edge = (uintptr_t)1 << 40; /* a 1 GiB boundary: two leaves */
   uintptr_t start = leaf_edge - 4 * OS_PAGE, large = (uintptr_t)1 << 41;
   UCHECK(pagemap_hot.root == UINTPTR_MAX && pagemap_hot.leaf == NULL);
+  /* before the claim, the hot GiB is the address space's last, its tags all 0 */
+  UCHECK(pagemap_tag(UINTPTR_MAX - 15) == 0 && pagemap_tag(-PM_HOT_BYTES) == 0);
   UCHECK(pagemap_set(large, OS_PAGE, 3 << 7 | PM_TAG_LARGE)); /* no slab: claims nothing */
   UCHECK(pagemap_hot.root == UINTPTR_MAX && pagemap_get(large) == (3 << 7 | PM_TAG_LARGE));
   UCHECK(pagemap_get(start) == 0 && pagemap_tag(start) == 0 && pagemap_tag(0) == 0);
@@ -32,6 +34,9 @@ int main(void) {
   UCHECK(pagemap_get((uintptr_t)1 << 47) == 0 && pagemap_get(UINTPTR_MAX) == 0);
   UCHECK(pagemap_tag((uintptr_t)1 << 47) == 0 && pagemap_tag(UINTPTR_MAX) == 0);
   UCHECK(pagemap_tag(start - (start & ((1 << 30) - 1)) - 1) == 0); /* just below the hot GiB */
+  UCHECK(pagemap_hot.base == leaf_edge - PM_HOT_BYTES);
+  UCHECK(pagemap_set(leaf_edge, OS_PAGE, 0x1480 | 11)); /* just above it: through the root */
+  UCHECK(pagemap_tag(leaf_edge) == 11 && pagemap_tag(leaf_edge - 1) == 5);
   UCHECK(!pagemap_set((uintptr_t)1 << 47, OS_PAGE, 1));
   UCHECK(pagemap_get(0) == 0);
   printf("pagemap: ok\n");
