@@ -93,7 +93,7 @@ while :; do
     run "$p" "${envs[@]}" -- "$stress/stress_$p" "${args[@]}"
   done
   if [ $quick = 0 ]; then
-    run ctest -- ctest --test-dir "$build" -j2 --timeout 150 \
+    run ctest -- ctest --test-dir "$build" -j2 --timeout 150 --output-on-failure \
       -R "preload_fork|preload_reaper|api_cancel|api_oom|glibc_tst|stress_crowd|unit_layers|unit_percpu"
   fi
   echo "soak: round $round (seed $s, ${setting:-default options}${debug:+, MAGPIE_DEBUG}${tunables:+, $tunables}): $runs runs, $failed failed"
