@@ -172,7 +172,7 @@ int64_t mag_sample_countdown(void) {
 
 void mag_init(void) {
   INJECT_START(opt.inject);
-  INJECT_QUIET(&mag_registry_lock, 1, sizeof mag_registry_lock);
+  INJECT_QUIET("thread registry", &mag_registry_lock, 1, sizeof mag_registry_lock);
   mag_cpu_init();
   mag_reclaim_init();
   if (pthread_key_create(&mag_key, mag_thread_exit) != 0)

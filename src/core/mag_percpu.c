@@ -103,7 +103,7 @@ void mag_cpu_init(void) {
   mag_consts.rseq_area = os_rseq_offset();
   mag_ncpus = n;
   mag_consts.cpu_fence = os_fence_rseq_register();
-  INJECT_QUIET(&((mag_cpu_t *)cpus)->lock, n, sizeof(mag_cpu_t)); /* theory 5 */
+  INJECT_QUIET("cpu", &((mag_cpu_t *)cpus)->lock, n, sizeof(mag_cpu_t)); /* theory 5 */
   mag_cpus = cpus;
 #endif
 }

@@ -138,7 +138,7 @@ void vmem_init(vmem_t *vm, const char *name, size_t quantum, vmem_import_t *impo
   vm->segs.anext = vm->segs.aprev = &vm->segs;
   vm->hash = vm->hash_first;
   vm->hash_size = VMEM_HASH_MIN;
-  INJECT_QUIET(&vm->lock, 1, sizeof vm->lock); /* theory 11 */
+  INJECT_QUIET(vm->name, &vm->lock, 1, sizeof vm->lock); /* theory 11 */
 }
 
 /* ---- free lists, hash, address list ---- */

@@ -213,7 +213,7 @@ void prof_init(void) {
   os_touch(&prof_class_pages, sizeof prof_class_pages);
   os_touch(prof_class_objects, sizeof prof_class_objects);
   os_touch(prof_class_bytes, sizeof prof_class_bytes);
-  INJECT_QUIET(&prof_lock, 1, sizeof prof_lock); /* theory's locking */
+  INJECT_QUIET("heap profiler", &prof_lock, 1, sizeof prof_lock); /* theory's locking */
 }
 
 void prof_lock_stats(lock_stats_t *lock) {

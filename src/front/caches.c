@@ -74,8 +74,9 @@ void cache_init(void) {
     cache_setup(&malloc_caches[c], "malloc", sc_size(c), c);
     malloc_caches[c].id = c;
   }
-  INJECT_QUIET(&malloc_caches[0].depot.lock, SC_COUNT + 1, sizeof(cache_t)); /* depot.c theory 6 */
-  INJECT_QUIET(&malloc_caches[0].slab_lock, SC_COUNT + 1, sizeof(cache_t));  /* slab.c's locks */
+  /* depot.c theory 6, slab.c's locks */
+  INJECT_QUIET("depot", &malloc_caches[0].depot.lock, SC_COUNT + 1, sizeof(cache_t));
+  INJECT_QUIET("slab", &malloc_caches[0].slab_lock, SC_COUNT + 1, sizeof(cache_t));
 }
 
 /* Returns unneeded magazines (all of them when everything) and purges down to keep_dirty;

@@ -34,11 +34,13 @@ static __thread uint64_t inject_state;        /* the thread's generator; 0: not 
 #define INJECT_QUIET_SETS 8
 #define INJECT_HELD 4
 static struct {
+  const char *name;
   uintptr_t first;
   size_t count, stride;
 } inject_quiet_set[INJECT_QUIET_SETS];
 static unsigned inject_quiet_sets;   /* (atomic) */
 static uint64_t inject_quiet_faults; /* page faults under quiet locks (atomic) */
+static uint64_t inject_first_fault;  /* under which lock the first was: set << 32 | index + 1 */
 static __thread struct {
   const void *lock;
   uint64_t faults; /* the thread's count when it took it */
@@ -72,30 +74,48 @@ __attribute__((destructor)) static void inject_report(void) {
   static const char head[] = "magpie: inject: page faults under quiet locks: ";
   p -= sizeof head - 1;
   __builtin_memcpy(p, head, sizeof head - 1);
-  os_write_all(2, p, (size_t)(end - p + 1));
+  os_write_all(2, p, (size_t)(end - p));
+  uint64_t first = __atomic_load_n(&inject_first_fault, __ATOMIC_RELAXED);
+  if (first) { /* " (the first under NAME lock I)" */
+    static const char under[] = " (the first under ", lock[] = " lock ";
+    const char *name = inject_quiet_set[first >> 32].name;
+    os_write_all(2, under, sizeof under - 1);
+    os_write_all(2, name, __builtin_strlen(name));
+    os_write_all(2, lock, sizeof lock - 1);
+    p = end;
+    *--p = ')';
+    v = (uint32_t)first - 1;
+    do
+      *--p = (char)('0' + v % 10);
+    while (v /= 10);
+    os_write_all(2, p, (size_t)(end - p));
+  }
+  os_write_all(2, end, 1); /* the newline */
 }
 
-void inject_quiet(const void *first, size_t count, size_t stride) {
+void inject_quiet(const char *name, const void *first, size_t count, size_t stride) {
   unsigned n = __atomic_load_n(&inject_quiet_sets, __ATOMIC_RELAXED);
   if (n == INJECT_QUIET_SETS) { /* a set not watched would leave its locks' faults uncounted */
     static const char full[] = "magpie: inject: more quiet lock sets than INJECT_QUIET_SETS\n";
     os_write_all(2, full, sizeof full - 1);
     abort();
   }
+  inject_quiet_set[n].name = name;
   inject_quiet_set[n].first = (uintptr_t)first;
   inject_quiet_set[n].count = count;
   inject_quiet_set[n].stride = stride;
   __atomic_store_n(&inject_quiet_sets, n + 1, __ATOMIC_RELEASE);
 }
 
-static bool inject_is_quiet(const void *lock) {
+/* Which quiet lock lock is: its set << 32 | its index in the set + 1; 0 for none. */
+static uint64_t inject_quiet_which(const void *lock) {
   for (unsigned i = 0, n = __atomic_load_n(&inject_quiet_sets, __ATOMIC_ACQUIRE); i < n; i++) {
     uintptr_t off = (uintptr_t)lock - inject_quiet_set[i].first;
     if (off / inject_quiet_set[i].stride < inject_quiet_set[i].count &&
         off % inject_quiet_set[i].stride == 0)
-      return true;
+      return (uint64_t)i << 32 | (off / inject_quiet_set[i].stride + 1);
   }
-  return false;
+  return 0;
 }
 
 static uint64_t inject_thread_faults(void) {
@@ -105,7 +125,7 @@ static uint64_t inject_thread_faults(void) {
 }
 
 void inject_lock_taken(const void *lock) {
-  if (!inject_seed || inject_held_n == INJECT_HELD || !inject_is_quiet(lock)) return;
+  if (!inject_seed || inject_held_n == INJECT_HELD || !inject_quiet_which(lock)) return;
   inject_held[inject_held_n].lock = lock;
   inject_held[inject_held_n++].faults = inject_thread_faults();
 }
@@ -114,8 +134,12 @@ void inject_lock_released(const void *lock) {
   for (unsigned i = inject_held_n; i-- > 0;)
     if (inject_held[i].lock == lock) {
       uint64_t now = inject_thread_faults();
-      if (now > inject_held[i].faults)
+      if (now > inject_held[i].faults) {
+        uint64_t none = 0;
         __atomic_add_fetch(&inject_quiet_faults, now - inject_held[i].faults, __ATOMIC_RELAXED);
+        __atomic_compare_exchange_n(&inject_first_fault, &none, inject_quiet_which(lock), false,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+      }
       inject_held[i] = inject_held[--inject_held_n];
       return;
     }

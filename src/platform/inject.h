@@ -38,12 +38,12 @@ typedef enum inject_point {
 #ifdef MAGPIE_INJECT
 /* Turns the points on (seed 0: off). At exit a line on stderr says how often each acted, so
    that a test can tell the points were reached, and another how many page faults were taken
-   under quiet locks. */
+   under quiet locks (and under which lock the first was: its set's name and its index). */
 void inject_start(uint64_t seed);
 void inject_at(inject_point_t point);
 /* The count locks at first, first + stride, ... are quiet (at most 8 such sets, named at
-   bring-up). */
-void inject_quiet(const void *first, size_t count, size_t stride);
+   bring-up; name: a static string, for the report). */
+void inject_quiet(const char *name, const void *first, size_t count, size_t stride);
 /* A lock was taken (is being let go): lock.h's, for the quiet ones' page faults. */
 void inject_lock_taken(const void *lock);
 void inject_lock_released(const void *lock);
@@ -52,14 +52,15 @@ void inject_lock_released(const void *lock);
 void inject_lock_forget(void);
 #define INJECT_START(seed) inject_start(seed)
 #define INJECT(point) inject_at(point)
-#define INJECT_QUIET(first, count, stride) inject_quiet(first, count, stride)
+#define INJECT_QUIET(name, first, count, stride) inject_quiet(name, first, count, stride)
 #define INJECT_LOCK_TAKEN(lock) inject_lock_taken(lock)
 #define INJECT_LOCK_RELEASED(lock) inject_lock_released(lock)
 #define INJECT_LOCK_FORGET() inject_lock_forget()
 #else
 #define INJECT_START(seed) ((void)(seed))
 #define INJECT(point) ((void)0)
-#define INJECT_QUIET(first, count, stride) ((void)(first), (void)(count), (void)(stride))
+#define INJECT_QUIET(name, first, count, stride)                                                   \
+  ((void)(name), (void)(first), (void)(count), (void)(stride))
 #define INJECT_LOCK_TAKEN(lock) ((void)0)
 #define INJECT_LOCK_RELEASED(lock) ((void)0)
 #define INJECT_LOCK_FORGET() ((void)0)
