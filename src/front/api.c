@@ -145,13 +145,20 @@ void free_slow_kind(void *p, size_t size, size_t align, int kind) {
     free_slow(p);
 }
 
+/* Whether p starts a block of class c (any tag: false for one that is no class) that is not
+   free (its first word is not the free marker, fastpath.h). */
+static MP_INLINE bool class_block_live(size_t c, void *p) {
+  uintptr_t a = (uintptr_t)p;
+  return sc_is_object_start(c, a) && *(uintptr_t *)p != (a ^ mag_consts.secret);
+}
+
 /* Whether p starts a live block magpie handed out, and its usable size (a sampled block that
    is not live is reported). */
 static bool block_live(void *p, uintptr_t entry, size_t *size) {
   uintptr_t a = (uintptr_t)p, tag = entry & PM_TAG_MASK;
   if (tag >= 1 && tag <= SC_COUNT) {
     *size = sc_size(tag);
-    return sc_is_object_start((unsigned)tag, a) && *(uintptr_t *)p != (a ^ mag_consts.secret);
+    return class_block_live(tag, p);
   }
   if (tag == PM_TAG_LARGE && (a & (OS_PAGE - 1)) == 0) {
     *size = large_size(entry);
@@ -171,9 +178,8 @@ static bool block_live(void *p, uintptr_t entry, size_t *size) {
 /* The class of p where p starts a live block of one of malloc's classes, told by the hot tags
    as free's fast path tells it (fastpath.h); else 0, and block_size tells what p is. */
 static MP_INLINE unsigned small_block_class(void *p) {
-  uintptr_t a = (uintptr_t)p;
-  size_t c = pagemap_tag(a);
-  return sc_is_object_start(c, a) && *(uintptr_t *)p != (a ^ mag_consts.secret) ? (unsigned)c : 0;
+  size_t c = pagemap_tag((uintptr_t)p);
+  return class_block_live(c, p) ? (unsigned)c : 0;
 }
 
 /* The usable size of a block magpie handed out; reports anything else. */
