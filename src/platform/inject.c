@@ -38,12 +38,14 @@ static struct {
   uintptr_t first;
   size_t count, stride;
 } inject_quiet_set[INJECT_QUIET_SETS];
-static unsigned inject_quiet_sets;   /* (atomic) */
-static uint64_t inject_quiet_faults; /* page faults under quiet locks (atomic) */
-static uint64_t inject_first_fault;  /* under which lock the first was: set << 32 | index + 1 */
+static unsigned inject_quiet_sets;      /* (atomic) */
+static uint64_t inject_quiet_faults;    /* page faults under quiet locks (atomic) */
+static uint64_t inject_first_fault;     /* under which lock the first was: set << 32 | index + 1 */
+static uintptr_t inject_first_sites[2]; /* where that lock was taken and let go (code addresses) */
 static __thread struct {
   const void *lock;
-  uint64_t faults; /* the thread's count when it took it */
+  uint64_t faults;    /* the thread's count when it took it */
+  uintptr_t taken_at; /* the code that took it */
 } inject_held[INJECT_HELD];
 static __thread unsigned inject_held_n;
 
@@ -51,46 +53,57 @@ void inject_start(uint64_t seed) {
   inject_seed = seed;
 }
 
-/* "magpie: inject: seed S, actions at each point: a b c d e" on stderr at exit. */
+/* A line of the exit report, built forward in a buffer of its own (nothing here allocates). */
+typedef struct {
+  char text[512];
+  size_t n;
+} inject_line_t;
+
+static void inject_put(inject_line_t *l, const char *s) {
+  for (; *s && l->n < sizeof l->text; s++)
+    l->text[l->n++] = *s;
+}
+
+static void inject_put_number(inject_line_t *l, uint64_t v, unsigned base) {
+  char digits[24], *p = digits + sizeof digits;
+  *--p = 0;
+  do
+    *--p = "0123456789abcdef"[v % base];
+  while (v /= base);
+  inject_put(l, base == 16 ? "0x" : "");
+  inject_put(l, p);
+}
+
+/* On stderr at exit: "magpie: inject: seed S, actions at each point: a b c d e", then "magpie:
+   inject: page faults under quiet locks: N", and where N > 0, under which lock the first was
+   and where that lock was taken and let go, as offsets into this library for addr2line. */
 __attribute__((destructor)) static void inject_report(void) {
   if (!inject_seed) return;
-  char line[256], *end = line + sizeof line - 1, *p = end;
-  *p = '\n';
-  for (int i = INJECT_POINTS; i-- > -1;) {
-    uint64_t v = i >= 0 ? __atomic_load_n(&inject_counts[i], __ATOMIC_RELAXED) : inject_seed;
-    do
-      *--p = (char)('0' + v % 10);
-    while (v /= 10);
-    const char *sep = i > 0 ? " " : i == 0 ? ", actions at each point: " : "magpie: inject: seed ";
-    for (size_t k = __builtin_strlen(sep); k-- > 0;)
-      *--p = sep[k];
+  inject_line_t l = {.n = 0};
+  inject_put(&l, "magpie: inject: seed ");
+  inject_put_number(&l, inject_seed, 10);
+  inject_put(&l, ", actions at each point:");
+  for (int i = 0; i < INJECT_POINTS; i++) {
+    inject_put(&l, " ");
+    inject_put_number(&l, __atomic_load_n(&inject_counts[i], __ATOMIC_RELAXED), 10);
   }
-  os_write_all(2, p, (size_t)(end - p + 1));
-  uint64_t v = __atomic_load_n(&inject_quiet_faults, __ATOMIC_RELAXED);
-  p = end;
-  do
-    *--p = (char)('0' + v % 10);
-  while (v /= 10);
-  static const char head[] = "magpie: inject: page faults under quiet locks: ";
-  p -= sizeof head - 1;
-  __builtin_memcpy(p, head, sizeof head - 1);
-  os_write_all(2, p, (size_t)(end - p));
+  inject_put(&l, "\nmagpie: inject: page faults under quiet locks: ");
+  inject_put_number(&l, __atomic_load_n(&inject_quiet_faults, __ATOMIC_RELAXED), 10);
   uint64_t first = __atomic_load_n(&inject_first_fault, __ATOMIC_RELAXED);
-  if (first) { /* " (the first under NAME lock I)" */
-    static const char under[] = " (the first under ", lock[] = " lock ";
-    const char *name = inject_quiet_set[first >> 32].name;
-    os_write_all(2, under, sizeof under - 1);
-    os_write_all(2, name, __builtin_strlen(name));
-    os_write_all(2, lock, sizeof lock - 1);
-    p = end;
-    *--p = ')';
-    v = (uint32_t)first - 1;
-    do
-      *--p = (char)('0' + v % 10);
-    while (v /= 10);
-    os_write_all(2, p, (size_t)(end - p));
+  if (first) {
+    extern const char __ehdr_start[]; /* the linker's: this library's first byte */
+    inject_put(&l, " (the first under ");
+    inject_put(&l, inject_quiet_set[first >> 32].name);
+    inject_put(&l, " lock ");
+    inject_put_number(&l, (uint32_t)first - 1, 10);
+    inject_put(&l, ", taken at ");
+    inject_put_number(&l, inject_first_sites[0] - (uintptr_t)__ehdr_start, 16);
+    inject_put(&l, ", let go at ");
+    inject_put_number(&l, inject_first_sites[1] - (uintptr_t)__ehdr_start, 16);
+    inject_put(&l, " in libmagpie_inject.so)");
   }
-  os_write_all(2, end, 1); /* the newline */
+  inject_put(&l, "\n");
+  os_write_all(2, l.text, l.n);
 }
 
 void inject_quiet(const char *name, const void *first, size_t count, size_t stride) {
@@ -127,6 +140,7 @@ static uint64_t inject_thread_faults(void) {
 void inject_lock_taken(const void *lock) {
   if (!inject_seed || inject_held_n == INJECT_HELD || !inject_quiet_which(lock)) return;
   inject_held[inject_held_n].lock = lock;
+  inject_held[inject_held_n].taken_at = (uintptr_t)__builtin_return_address(0);
   inject_held[inject_held_n++].faults = inject_thread_faults();
 }
 
@@ -137,8 +151,11 @@ void inject_lock_released(const void *lock) {
       if (now > inject_held[i].faults) {
         uint64_t none = 0;
         __atomic_add_fetch(&inject_quiet_faults, now - inject_held[i].faults, __ATOMIC_RELAXED);
-        __atomic_compare_exchange_n(&inject_first_fault, &none, inject_quiet_which(lock), false,
-                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+        if (__atomic_compare_exchange_n(&inject_first_fault, &none, inject_quiet_which(lock), false,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+          inject_first_sites[0] = inject_held[i].taken_at - 1; /* the call, not its return */
+          inject_first_sites[1] = (uintptr_t)__builtin_return_address(0) - 1;
+        }
       }
       inject_held[i] = inject_held[--inject_held_n];
       return;
