@@ -301,6 +301,9 @@ static slab_t *slab_make(cache_t *cp) {
   if (!span) return NULL;
   slab_t *s = meta_alloc(slab_pool(cp));
   if (s) { /* fields before the page map; the slab lock that lists the slab publishes both */
+    /* a fresh descriptor's bitmap may reach onto a page not yet written, whose first write,
+       a bit set under the slab lock, would fault there */
+    os_touch(s, sizeof(slab_t) + slab_map_words(cp) * sizeof(uint64_t));
     s->base = (uintptr_t)span;
     s->cache = cp;
     s->from_heap = arena == &heap_arena;
