@@ -48,6 +48,7 @@ static uint32_t clamp_rounds(size_t v, uint32_t lo, uint32_t hi) {
 }
 
 void cache_setup(cache_t *cp, const char *name, size_t stride, uintptr_t tag) {
+  os_touch(cp, sizeof *cp); /* mapped: its slab and depot fields are first written under locks */
   size_t n = strlen(name);
   if (n >= sizeof cp->name) n = sizeof cp->name - 1;
   memcpy(cp->name, name, n);

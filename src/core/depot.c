@@ -98,7 +98,6 @@ static void mag_destroy(mag_t *m) {
 
 void depot_init(cache_t *cp, uint32_t cap, uint32_t cap_max) {
   depot_t *d = &cp->depot;
-  os_touch(d, sizeof *d); /* its lists' pages mapped: their first push is under the lock */
   lock_init(&d->lock);
   d->cap = cap;
   d->cap_max = cap_max;
