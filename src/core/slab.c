@@ -108,7 +108,8 @@
  *   Lock order: fork.c's list (slab_lock; a stash's lock; the slab and heap arenas' locks;
  *   metadata pools). malloc's slab locks are held across no page fault, as a crowd of threads
  *   that miss in a class waits on them: what a holder writes first (a refill's record of the
- *   chunks it wakes, on its stack) is mapped before; the test build counts (platform/inject.h).
+ *   chunks it wakes, on its stack; a new descriptor's bitmap, which may reach onto a page of
+ *   its own) is mapped before; the test build counts (platform/inject.h).
  */
 #include "slab.h"
 #include "hugepage.h"
@@ -301,9 +302,7 @@ static slab_t *slab_make(cache_t *cp) {
   if (!span) return NULL;
   slab_t *s = meta_alloc(slab_pool(cp));
   if (s) { /* fields before the page map; the slab lock that lists the slab publishes both */
-    /* a fresh descriptor's bitmap may reach onto a page not yet written, whose first write,
-       a bit set under the slab lock, would fault there */
-    os_touch(s, sizeof(slab_t) + slab_map_words(cp) * sizeof(uint64_t));
+    os_touch(s, sizeof(slab_t) + slab_map_words(cp) * sizeof(uint64_t)); /* theory's locks */
     s->base = (uintptr_t)span;
     s->cache = cp;
     s->from_heap = arena == &heap_arena;
