@@ -21,6 +21,7 @@
 #include "os.h"
 
 #include <sched.h>
+#include <unwind.h>
 #include <stdlib.h>
 #include <time.h>
 #include <sys/resource.h>
@@ -38,10 +39,14 @@ static struct {
   uintptr_t first;
   size_t count, stride;
 } inject_quiet_set[INJECT_QUIET_SETS];
-static unsigned inject_quiet_sets;      /* (atomic) */
-static uint64_t inject_quiet_faults;    /* page faults under quiet locks (atomic) */
-static uint64_t inject_first_fault;     /* under which lock the first was: set << 32 | index + 1 */
-static uintptr_t inject_first_sites[2]; /* where that lock was taken and let go (code addresses) */
+static unsigned inject_quiet_sets;   /* (atomic) */
+static uint64_t inject_quiet_faults; /* page faults under quiet locks (atomic) */
+static uint64_t inject_first_fault;  /* under which lock the first was: set << 32 | index + 1 */
+static uintptr_t inject_first_taken; /* where that lock was taken (a code address) */
+#define INJECT_TRACE 8
+#define INJECT_LIBRARY_MAX ((uintptr_t)16 << 20)   /* this library lies within its first 16 MiB */
+static uintptr_t inject_first_trace[INJECT_TRACE]; /* where it was let go, and the callers */
+static int inject_first_depth;
 static __thread struct {
   const void *lock;
   uint64_t faults;    /* the thread's count when it took it */
@@ -76,7 +81,8 @@ static void inject_put_number(inject_line_t *l, uint64_t v, unsigned base) {
 
 /* On stderr at exit: "magpie: inject: seed S, actions at each point: a b c d e", then "magpie:
    inject: page faults under quiet locks: N", and where N > 0, under which lock the first was
-   and where that lock was taken and let go, as offsets into this library for addr2line. */
+   and where that lock was taken and let go (and the calls that led there, as far as they are
+   this library's), as offsets into this library for addr2line. */
 __attribute__((destructor)) static void inject_report(void) {
   if (!inject_seed) return;
   inject_line_t l = {.n = 0};
@@ -97,9 +103,12 @@ __attribute__((destructor)) static void inject_report(void) {
     inject_put(&l, " lock ");
     inject_put_number(&l, (uint32_t)first - 1, 10);
     inject_put(&l, ", taken at ");
-    inject_put_number(&l, inject_first_sites[0] - (uintptr_t)__ehdr_start, 16);
-    inject_put(&l, ", let go at ");
-    inject_put_number(&l, inject_first_sites[1] - (uintptr_t)__ehdr_start, 16);
+    inject_put_number(&l, inject_first_taken - (uintptr_t)__ehdr_start, 16);
+    inject_put(&l, ", let go at");
+    for (int i = 0; i < inject_first_depth; i++) {
+      inject_put(&l, i ? " < " : " ");
+      inject_put_number(&l, inject_first_trace[i] - (uintptr_t)__ehdr_start, 16);
+    }
     inject_put(&l, " in libmagpie_inject.so)");
   }
   inject_put(&l, "\n");
@@ -144,6 +153,18 @@ void inject_lock_taken(const void *lock) {
   inject_held[inject_held_n++].faults = inject_thread_faults();
 }
 
+/* One frame of the stack that let the first faulting quiet lock go, from inject_lock_released's
+   caller on, while the frames are this library's code. */
+static _Unwind_Reason_Code inject_trace_step(struct _Unwind_Context *context, void *skip) {
+  extern const char __ehdr_start[];
+  uintptr_t ip = _Unwind_GetIP(context) - 1; /* the call, not its return */
+  if ((*(int *)skip)-- > 0) return _URC_NO_REASON;
+  if (ip - (uintptr_t)__ehdr_start >= INJECT_LIBRARY_MAX || inject_first_depth == INJECT_TRACE)
+    return _URC_END_OF_STACK;
+  inject_first_trace[inject_first_depth++] = ip;
+  return _URC_NO_REASON;
+}
+
 void inject_lock_released(const void *lock) {
   for (unsigned i = inject_held_n; i-- > 0;)
     if (inject_held[i].lock == lock) {
@@ -153,8 +174,9 @@ void inject_lock_released(const void *lock) {
         __atomic_add_fetch(&inject_quiet_faults, now - inject_held[i].faults, __ATOMIC_RELAXED);
         if (__atomic_compare_exchange_n(&inject_first_fault, &none, inject_quiet_which(lock), false,
                                         __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-          inject_first_sites[0] = inject_held[i].taken_at - 1; /* the call, not its return */
-          inject_first_sites[1] = (uintptr_t)__builtin_return_address(0) - 1;
+          inject_first_taken = inject_held[i].taken_at - 1; /* the call, not its return */
+          int skip = 1;                                     /* this function's own frame */
+          _Unwind_Backtrace(inject_trace_step, &skip);
         }
       }
       inject_held[i] = inject_held[--inject_held_n];
