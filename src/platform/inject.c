@@ -12,9 +12,11 @@
  *      handler or in a forked child; nothing here allocates or takes a lock.
  *   4. Quiet locks (inject.h): a thread notes its page-fault count (getrusage, RUSAGE_THREAD)
  *      when it takes one, and adds the difference to the count reported at exit when it lets
- *      it go. It keeps up to 4 at once (the registry, a CPU's, a depot's, an arena's); one
- *      taken beyond is not watched, and one it no longer knows (forgotten, or taken before a
- *      fork) is ignored.
+ *      it go. The holder reads the count itself, inline, and the faults taken inside this
+ *      file's calls while it watches a lock are the test build's own and left out: their
+ *      frames reach below the holder's, where lock.h's inline code would not. It keeps up to 4 at
+ * once (the registry, a CPU's, a depot's, an arena's); one taken beyond is not watched, and one it
+ * no longer knows (forgotten, or taken before a fork) is ignored.
  */
 #define _GNU_SOURCE
 #include "inject.h"
@@ -52,7 +54,9 @@ static __thread struct {
   uint64_t faults;    /* the thread's count when it took it */
   uintptr_t taken_at; /* the code that took it */
 } inject_held[INJECT_HELD];
-static __thread unsigned inject_held_n;
+__thread unsigned inject_watched;
+__thread uint64_t inject_own_faults;
+__thread struct rusage inject_usage;
 
 void inject_start(uint64_t seed) {
   inject_seed = seed;
@@ -140,17 +144,11 @@ static uint64_t inject_quiet_which(const void *lock) {
   return 0;
 }
 
-static uint64_t inject_thread_faults(void) {
-  struct rusage r;
-  if (syscall(SYS_getrusage, RUSAGE_THREAD, &r) != 0) return 0;
-  return (uint64_t)r.ru_minflt + (uint64_t)r.ru_majflt;
-}
-
-void inject_lock_taken(const void *lock) {
-  if (!inject_seed || inject_held_n == INJECT_HELD || !inject_quiet_which(lock)) return;
-  inject_held[inject_held_n].lock = lock;
-  inject_held[inject_held_n].taken_at = (uintptr_t)__builtin_return_address(0);
-  inject_held[inject_held_n++].faults = inject_thread_faults();
+uint64_t *inject_lock_watch(const void *lock) {
+  if (!inject_seed || inject_watched == INJECT_HELD || !inject_quiet_which(lock)) return NULL;
+  inject_held[inject_watched].lock = lock;
+  inject_held[inject_watched].taken_at = (uintptr_t)__builtin_return_address(0);
+  return &inject_held[inject_watched++].faults;
 }
 
 /* One frame of the stack that let the first faulting quiet lock go, from inject_lock_released's
@@ -165,10 +163,9 @@ static _Unwind_Reason_Code inject_trace_step(struct _Unwind_Context *context, vo
   return _URC_NO_REASON;
 }
 
-void inject_lock_released(const void *lock) {
-  for (unsigned i = inject_held_n; i-- > 0;)
+void inject_lock_released(const void *lock, uint64_t now) {
+  for (unsigned i = inject_watched; i-- > 0;)
     if (inject_held[i].lock == lock) {
-      uint64_t now = inject_thread_faults();
       if (now > inject_held[i].faults) {
         uint64_t none = 0;
         __atomic_add_fetch(&inject_quiet_faults, now - inject_held[i].faults, __ATOMIC_RELAXED);
@@ -179,13 +176,13 @@ void inject_lock_released(const void *lock) {
           _Unwind_Backtrace(inject_trace_step, &skip);
         }
       }
-      inject_held[i] = inject_held[--inject_held_n];
+      inject_held[i] = inject_held[--inject_watched];
       return;
     }
 }
 
 void inject_lock_forget(void) {
-  inject_held_n = 0;
+  inject_watched = 0;
 }
 
 static uint64_t inject_next(void) {

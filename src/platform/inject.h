@@ -21,6 +21,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#ifdef MAGPIE_INJECT
+#include <stdbool.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#endif
 
 typedef enum inject_point {
   INJECT_CPU_LOCKED,    /* a per-CPU slow path took the lock of the CPU it ran on */
@@ -44,17 +49,56 @@ void inject_at(inject_point_t point);
 /* The count locks at first, first + stride, ... are quiet (at most 8 such sets, named at
    bring-up; name: a static string, for the report). */
 void inject_quiet(const char *name, const void *first, size_t count, size_t stride);
-/* A lock was taken (is being let go): lock.h's, for the quiet ones' page faults. */
-void inject_lock_taken(const void *lock);
-void inject_lock_released(const void *lock);
+/* Quiet locks' page faults, through INJECT_LOCK_TAKEN and INJECT_LOCK_RELEASED (lock.h's). A
+   lock was taken: where the holder stores its count, or NULL where the lock is not watched
+   (not quiet, or INJECT_HELD watched already). A lock is being let go, with the holder's
+   count now. */
+uint64_t *inject_lock_watch(const void *lock);
+void inject_lock_released(const void *lock, uint64_t faults);
+extern __thread unsigned inject_watched;    /* quiet locks the thread watches */
+extern __thread uint64_t inject_own_faults; /* page faults taken in the test build's calls */
+extern __thread struct rusage inject_usage; /* inject_faults_now's */
+/* The calling thread's page faults, read inline into a buffer of the thread's: no frame of its
+   own, so no fault of its own. */
+static inline uint64_t inject_faults_now(void) {
+  long rc = SYS_getrusage;
+  __asm__ volatile("syscall"
+                   : "+a"(rc)
+                   : "D"(1 /* RUSAGE_THREAD */), "S"(&inject_usage)
+                   : "rcx", "r11", "memory");
+  return rc ? 0 : (uint64_t)inject_usage.ru_minflt + (uint64_t)inject_usage.ru_majflt;
+}
+/* A holder's count: its faults less those taken in the test build's own calls, whose frames
+   reach below the holder's where the library's would not (lock.h's calls are inline). */
+static inline uint64_t inject_holder_faults(void) {
+  return inject_faults_now() - inject_own_faults;
+}
+/* Runs call, the test build's own, counting the faults it takes as its own while the thread
+   watches a lock. */
+#define INJECT_OWN(call)                                                                           \
+  do {                                                                                             \
+    bool watching_ = inject_watched != 0;                                                          \
+    uint64_t before_ = watching_ ? inject_faults_now() : 0;                                        \
+    call;                                                                                          \
+    if (watching_) inject_own_faults += inject_faults_now() - before_;                             \
+  } while (0)
 /* The calling thread forgets the quiet locks it holds: fork's, whose copy-on-write faults after
    the call are the fork's, not a holder's. */
 void inject_lock_forget(void);
 #define INJECT_START(seed) inject_start(seed)
-#define INJECT(point) inject_at(point)
+#define INJECT(point) INJECT_OWN(inject_at(point))
 #define INJECT_QUIET(name, first, count, stride) inject_quiet(name, first, count, stride)
-#define INJECT_LOCK_TAKEN(lock) inject_lock_taken(lock)
-#define INJECT_LOCK_RELEASED(lock) inject_lock_released(lock)
+#define INJECT_LOCK_TAKEN(lock)                                                                    \
+  do {                                                                                             \
+    uint64_t *count_at_;                                                                           \
+    INJECT_OWN(count_at_ = inject_lock_watch(lock));                                               \
+    if (count_at_)                                                                                 \
+      *count_at_ = inject_holder_faults(); /* after the call: in the holder's frame */             \
+  } while (0)
+#define INJECT_LOCK_RELEASED(lock)                                                                 \
+  do {                                                                                             \
+    if (inject_watched) INJECT_OWN(inject_lock_released(lock, inject_holder_faults()));            \
+  } while (0)
 #define INJECT_LOCK_FORGET() inject_lock_forget()
 #else
 #define INJECT_START(seed) ((void)(seed))
