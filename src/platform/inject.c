@@ -14,21 +14,21 @@
  *      when it takes one, and adds the difference to the count reported at exit when it lets
  *      it go. The holder reads the count itself, inline, and the faults taken inside this
  *      file's calls while it watches a lock are the test build's own and left out: their
- *      frames reach below the holder's, where lock.h's inline code would not. It keeps up to 4 at
- * once (the registry, a CPU's, a depot's, an arena's); one taken beyond is not watched, and one it
- * no longer knows (forgotten, or taken before a fork) is ignored.
+ *      frames reach below the holder's, where lock.h's inline code would not. It keeps up to
+ *      4 at once (the registry, a CPU's, a depot's, an arena's); one taken beyond is not
+ *      watched, and one it no longer knows (forgotten, or taken before a fork) is ignored.
  */
 #define _GNU_SOURCE
 #include "inject.h"
 #include "os.h"
 
 #include <sched.h>
-#include <unwind.h>
 #include <stdlib.h>
 #include <time.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include <unwind.h>
 
 static uint64_t inject_seed;
 static uint64_t inject_counts[INJECT_POINTS]; /* atomic */
@@ -49,6 +49,7 @@ static uintptr_t inject_first_taken; /* where that lock was taken (a code addres
 #define INJECT_LIBRARY_MAX ((uintptr_t)16 << 20)   /* this library lies within its first 16 MiB */
 static uintptr_t inject_first_trace[INJECT_TRACE]; /* where it was let go, and the callers */
 static int inject_first_depth;
+extern const char __ehdr_start[]; /* the linker's: this library's first byte */
 static __thread struct {
   const void *lock;
   uint64_t faults;    /* the thread's count when it took it */
@@ -101,7 +102,6 @@ __attribute__((destructor)) static void inject_report(void) {
   inject_put_number(&l, __atomic_load_n(&inject_quiet_faults, __ATOMIC_RELAXED), 10);
   uint64_t first = __atomic_load_n(&inject_first_fault, __ATOMIC_RELAXED);
   if (first) {
-    extern const char __ehdr_start[]; /* the linker's: this library's first byte */
     inject_put(&l, " (the first under ");
     inject_put(&l, inject_quiet_set[first >> 32].name);
     inject_put(&l, " lock ");
@@ -154,7 +154,6 @@ uint64_t *inject_lock_watch(const void *lock) {
 /* One frame of the stack that let the first faulting quiet lock go, from inject_lock_released's
    caller on, while the frames are this library's code. */
 static _Unwind_Reason_Code inject_trace_step(struct _Unwind_Context *context, void *skip) {
-  extern const char __ehdr_start[];
   uintptr_t ip = _Unwind_GetIP(context) - 1; /* the call, not its return */
   if ((*(int *)skip)-- > 0) return _URC_NO_REASON;
   if (ip - (uintptr_t)__ehdr_start >= INJECT_LIBRARY_MAX || inject_first_depth == INJECT_TRACE)
