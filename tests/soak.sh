@@ -94,7 +94,7 @@ while :; do
   done
   if [ $quick = 0 ]; then
     run ctest -- ctest --test-dir "$build" -j2 --timeout 150 --output-on-failure \
-      -R "preload_fork|preload_reaper|api_cancel|api_oom|glibc_tst|stress_crowd|unit_layers|unit_percpu"
+      -R "preload_fork|preload_reaper|api_cancel|api_oom|glibc_tst|stress_crowd|stress_stack|unit_layers|unit_percpu"
   fi
   echo "soak: round $round (seed $s, ${setting:-default options}${debug:+, MAGPIE_DEBUG}${tunables:+, $tunables}): $runs runs, $failed failed"
   [ $rounds -gt 0 ] && [ $round -ge $rounds ] && break

@@ -78,7 +78,9 @@
  *      of its own (tags_take); where the stock is short the lock is let go while the pool
  *      makes more, each written once there, which maps its page. Tags freed under the lock go
  *      back to the stock, up to VMEM_TAGS_KEEP. An import's two tags are filled in before
- *      the lock is taken again, and a grown hash table is touched before the lock.
+ *      the lock is taken again, and a grown hash table is touched before the lock. The stack
+ *      the holder's calls reach below the taker's frame is written before it (arena_lock): a
+ *      thread's first call to reach a stack page faults there.
  */
 #include "vmem.h"
 #include "meta.h"
@@ -120,6 +122,13 @@ typedef struct vmem_jobs {
 #define VMEM_JOBS_IN(room) ((vmem_jobs_t){0, sizeof(room) / sizeof((room)[0]), (room)})
 
 static meta_pool_t vmem_seg_pool = META_POOL(sizeof(vmem_seg_t));
+
+/* Takes vm's lock from a caller's frame, the stack below it written first: the holder's calls
+   (tags_take, the pool's free, a segment's coalescing) reach below that frame (theory 11). */
+static inline void arena_lock(vmem_t *vm) {
+  os_touch_stack();
+  lock_acquire(&vm->lock);
+}
 
 static unsigned vmem_log2(size_t v) {
   return 63u - (unsigned)__builtin_clzl(v);
@@ -190,7 +199,7 @@ static void hash_grow(vmem_t *vm, size_t size) {
   vmem_seg_t **table = os_map(size * sizeof *table);
   if (!table) return;
   os_touch(table, size * sizeof *table); /* the move writes every page of it (theory 11) */
-  lock_acquire(&vm->lock);
+  arena_lock(vm);
   size_t old_size = vm->hash_size;
   vmem_seg_t **old = old_size < size ? hash_move(vm, table, size) : table;
   lock_release(&vm->lock);
@@ -532,7 +541,7 @@ unsigned vmem_alloc_some(vmem_t *vm, size_t size, size_t align, void **out, bool
   unsigned k = 0;
   os_touch(out, n * sizeof *out); /* written under the lock: mapped before (theory 11) */
   if (clean) os_touch(clean, n * sizeof *clean);
-  lock_acquire(&vm->lock);
+  arena_lock(vm);
   for (; k < n && (out[k] = qcache_take(vm, size, align)); k++)
     if (clean) clean[k] = false;
   vmem_seg_t *purse = k < n ? tags_take(vm, 2 * (n - k)) : NULL;
@@ -556,7 +565,7 @@ void *vmem_alloc(vmem_t *vm, size_t size, size_t align, int flags, bool *clean) 
   if (align < q) align = q;
   bool own = (flags & VMEM_OWN) != 0; /* only shapes the import, if one is needed */
   vmem_spare_t spare = {NULL, 0, NULL, NULL, false};
-  lock_acquire(&vm->lock);
+  arena_lock(vm);
   void *cached = qcache_take(vm, size, align);
   if (cached) {
     lock_release(&vm->lock);
@@ -703,7 +712,7 @@ void vmem_free(vmem_t *vm, void *addr, size_t size) {
   size_t n = size / q;
   vmem_job_t room[1];
   vmem_jobs_t jobs = VMEM_JOBS_IN(room);
-  lock_acquire(&vm->lock);
+  arena_lock(vm);
   vmem_seg_t *s = hash_find(vm, (uintptr_t)addr);
   if (!s || s->size != size)
     report_fatal("vmem_free of a range the arena did not allocate", addr, size);
@@ -725,7 +734,7 @@ void *vmem_resize(vmem_t *vm, void *addr, size_t old_size, size_t new_size) {
   if (new_size == old_size) return addr;
   vmem_job_t room[1];
   vmem_jobs_t jobs = VMEM_JOBS_IN(room);
-  lock_acquire(&vm->lock);
+  arena_lock(vm);
   vmem_seg_t *purse = tags_take(vm, 1);
   vmem_seg_t *s = hash_find(vm, (uintptr_t)addr);
   if (!s || s->size != old_size)
@@ -797,7 +806,7 @@ size_t vmem_reap(vmem_t *vm, size_t keep_dirty, bool release_spans) {
   size_t given = 0;
   vmem_job_t room[VMEM_JOBS];
   vmem_jobs_t jobs = VMEM_JOBS_IN(room);
-  lock_acquire(&vm->lock);
+  arena_lock(vm);
   for (size_t n = 1; n <= VMEM_QCACHE_MAX; n++)
     while (vm->qcache_n[n] > 0) {
       vmem_seg_t *s = hash_find(vm, (uintptr_t)vm->qcache[n][--vm->qcache_n[n]]);
@@ -816,7 +825,7 @@ size_t vmem_reap(vmem_t *vm, size_t keep_dirty, bool release_spans) {
 }
 
 void vmem_check(vmem_t *vm) {
-  lock_acquire(&vm->lock);
+  arena_lock(vm);
   size_t imported = 0, in_use = 0, dirty = 0, free_count = 0, listed = 0, span_used = 0;
   uintptr_t span_end = 0, cursor = 0;
   vmem_seg_t *marker = NULL;
@@ -869,7 +878,7 @@ void vmem_check(vmem_t *vm) {
 
 size_t vmem_spans_take(vmem_t *vm, vmem_pick_t *pick, void *arg, vmem_seg_t **out, size_t max) {
   size_t n = 0;
-  lock_acquire(&vm->lock);
+  arena_lock(vm);
   for (vmem_seg_t *s = vm->segs.anext; s != &vm->segs && n < max; s = s->anext)
     if (s->type == VMEM_SPAN && !s->busy && pick(s, arg)) {
       s->busy = 1;
@@ -880,7 +889,7 @@ size_t vmem_spans_take(vmem_t *vm, vmem_pick_t *pick, void *arg, vmem_seg_t **ou
 }
 
 void vmem_span_done(vmem_t *vm, vmem_seg_t *span, uint8_t backing) {
-  lock_acquire(&vm->lock);
+  arena_lock(vm);
   span->busy = 0;
   span->backing = backing;
   vmem_seg_t *first = span->anext;
@@ -900,7 +909,7 @@ vmem_seg_t *vmem_span_of(vmem_t *vm, const void *addr) {
 }
 
 void vmem_spans_each(vmem_t *vm, void (*fn)(const vmem_seg_t *span, void *arg), void *arg) {
-  lock_acquire(&vm->lock);
+  arena_lock(vm);
   for (vmem_seg_t *s = vm->segs.anext; s != &vm->segs; s = s->anext)
     if (s->type == VMEM_SPAN) fn(s, arg);
   lock_release(&vm->lock);

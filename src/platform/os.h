@@ -77,6 +77,13 @@ int os_populate(void *p, size_t size);
    any kernel: for memory of the caller's own that the holder of a lock writes first, where the
    fault's return would be a preemption point. */
 void os_touch(void *p, size_t size);
+/* Writes the stack about OS_STACK_AHEAD bytes below the caller's frame, for a caller about to
+   take a lock whose holder calls out of line: a thread's stack pages are mapped at their first
+   write, and the first call to reach a new depth would fault there, lock held. About as deep
+   as the holder's calls reach and no deeper: a stack page once written stays resident for the
+   thread's life (stress_stack_inject finds the depth). */
+#define OS_STACK_AHEAD 96
+void os_touch_stack(void);
 #define OS_HUGE ((size_t)2 << 20) /* a transparent huge page (x86-64, arm64 with 4 KiB pages) */
 /* Marks a range for huge pages at fault time and for khugepaged (MADV_HUGEPAGE), or against
    them (MADV_NOHUGEPAGE). */

@@ -148,6 +148,12 @@ void os_touch(void *p, size_t size) {
     __atomic_fetch_or(c, 0, __ATOMIC_RELAXED);
 }
 
+__attribute__((noinline)) void os_touch_stack(void) {
+  char below[OS_STACK_AHEAD]; /* the frame's bottom, the return address above it */
+  below[0] = 0;
+  __asm__ volatile("" : : "r"(below) : "memory"); /* the write is made */
+}
+
 void os_advise_huge(void *p, size_t size, bool huge) {
   madvise(p, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
 }
