@@ -77,8 +77,7 @@ static void inject_map_code(void) {
   for (unsigned i = 0; i < eh->e_phnum; i++)
     if (ph[i].p_type == PT_LOAD && (ph[i].p_flags & PF_X)) {
       uintptr_t start = (base + ph[i].p_vaddr) & ~(uintptr_t)(OS_PAGE - 1);
-      syscall(SYS_madvise, start, base + ph[i].p_vaddr + ph[i].p_memsz - start,
-              MADV_POPULATE_READ);
+      syscall(SYS_madvise, start, base + ph[i].p_vaddr + ph[i].p_memsz - start, MADV_POPULATE_READ);
     }
 }
 
