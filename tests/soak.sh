@@ -35,11 +35,12 @@ stress=$build/tests/stress
 settings=("" "percpu_threads=1" "percpu=0" "hugepages=always" "reap_ms=1"
   "retain=0,reap_ms=2" "percpu_threads=1,reap_ms=1" "sample=1,profile_rate=4k"
   "mag_rounds=2,sweep_ms=1" "DEBUG" "percpu_threads=1,publish_ms=1" "RSEQ_OWN")
-programs=(handoff_inject mixed prodcons churn cache fork remap handoff)
+programs=(handoff_inject mixed prodcons churn cache fork remap handoff trim)
 declare -A small=([handoff_inject]="threads=16 ops=1000" [mixed]="threads=8 ops=20000"
   [prodcons]="producers=4 consumers=4 items=2000 rounds=2" [churn]="threads=500 wave=32 ops=100 baseline=200"
   [cache]="threads=8 ops=40000 private_every=8000" [fork]="hammers=2 forks=4 child_timeout=30"
-  [remap]="growers=2 slabbers=4 rounds=4 top=8 objects=2000" [handoff]="threads=16 ops=4000")
+  [remap]="growers=2 slabbers=4 rounds=4 top=8 objects=2000" [handoff]="threads=16 ops=4000"
+  [trim]="blocks=250 rounds=30")
 runs=0 failed=0 round=0 end=$(( $(date +%s) + minutes * 60 ))
 
 # run NAME ENV... -- COMMAND...: runs it with a limit; records a failure or a hang.

@@ -26,7 +26,10 @@
  *      cache_trim gives back everything free at once; cache_reclaim, after an allocation found
  *      no memory, gives back every cached object and wholly free span for one more try. Both
  *      take every thread's and CPU's magazines, not only the idle ones': a thread that is busy
- *      allocating may hold the free blocks that pin a span.
+ *      allocating may hold the free blocks that pin a span. Reaps run one at a time
+ *      (cache_reap_lock): the magazines a reap has taken are on their way to a depot or to
+ *      the slabs outside every other lock, and a trim that met the reaper's reap halfway would
+ *      miss them; it waits for them instead.
  *   4. Object-cache ids index the threads' slot tables (mag_slots.c); ids are reused after destroy.
  *   Lock order: the one list in fork.c.
  */
@@ -54,6 +57,7 @@
 #define OBJECT_SIZE_MAX ((size_t)1 << 20)   /* object caches: spans of 8 such objects are 8 MiB */
 #define OBJECT_ALIGN_MAX ((size_t)64 << 10) /* spans are aligned to at least this */
 
+static lock_t cache_reap_lock = LOCK_INIT; /* one reap at a time (theory 3) */
 static lock_t cache_list_lock = LOCK_INIT;
 static cache_t *cache_list;                 /* object caches (cache_list_lock) */
 static bool cache_id_used[MAG_CACHE_SLOTS]; /* (cache_list_lock) */
@@ -85,6 +89,7 @@ void cache_init(void) {
    one that keeps nothing or takes everything the spans the CPUs keep at hand (slab.c theory
    9). */
 static size_t cache_reap(bool everything, size_t keep_dirty) {
+  lock_acquire(&cache_reap_lock);
   mag_reclaim(everything);
   size_t given = 0;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
@@ -99,7 +104,9 @@ static size_t cache_reap(bool everything, size_t keep_dirty) {
     depot_reap(cp, everything);
   lock_release(&cache_list_lock);
   if (everything || keep_dirty == 0) slab_stash_flush();
-  return given + hugepage_reap(keep_dirty, everything);
+  given += hugepage_reap(keep_dirty, everything);
+  lock_release(&cache_reap_lock);
+  return given;
 }
 
 /* Reaps every reap_ms and publishes the live statistics every publish_ms (stats_live.c), waking for
@@ -320,6 +327,7 @@ static void cache_for_all(void (*fn)(cache_t *)) {
 }
 
 void cache_fork_prepare(void) {
+  lock_acquire(&cache_reap_lock); /* the child gets no reap half done */
   lock_acquire(&cache_list_lock);
   mag_fork_prepare();
   cache_for_all(cache_lock_one);
@@ -335,6 +343,7 @@ void cache_fork_parent(void) {
   cache_for_all(cache_unlock_one);
   mag_fork_parent();
   lock_release(&cache_list_lock);
+  lock_release(&cache_reap_lock);
 }
 
 void cache_fork_child(void) {
@@ -356,4 +365,5 @@ void cache_fork_child(void) {
   if (others || reaper_state == REAPER_RUNNING || os_program_threaded())
     reaper_state = REAPER_INLINE;
   lock_init(&cache_list_lock);
+  lock_init(&cache_reap_lock);
 }

@@ -50,7 +50,7 @@
  *    2. stats_lock (stats.c)
  *    3. debug mode: debug_verify_lock, debug_report_lock, debug_lock (src/debug/)
  *    4. sample_lock (sample.c), then prof_lock (prof.c)
- *    5. cache_list_lock (caches.c)
+ *    5. cache_reap_lock (caches.c: one reap at a time), then cache_list_lock (caches.c)
  *    6. mag_registry_lock, then a tcache's lock or a CPU's magazine lock (mag.c, mag_percpu.c)
  *    7. a cache's depot lock, then its slab lock (depot.c, slab.c)
  *    8. a span stash's lock (slab.c theory 9: only ever tried; fork takes none, the child frees
