@@ -29,7 +29,9 @@
  *      allocating may hold the free blocks that pin a span. Reaps run one at a time
  *      (cache_reap_lock): the magazines a reap has taken are on their way to a depot or to
  *      the slabs outside every other lock, and a trim that met the reaper's reap halfway would
- *      miss them; it waits for them instead.
+ *      miss them, so trim and reclaim wait for a reap under way; a periodic reap that finds one
+ *      leaves the work to it (nor does a slow path in a signal handler that interrupted a reap
+ *      wait for its own thread).
  *   4. Object-cache ids index the threads' slot tables (mag_slots.c); ids are reused after destroy.
  *   Lock order: the one list in fork.c.
  */
@@ -89,7 +91,10 @@ void cache_init(void) {
    one that keeps nothing or takes everything the spans the CPUs keep at hand (slab.c theory
    9). */
 static size_t cache_reap(bool everything, size_t keep_dirty) {
-  lock_acquire(&cache_reap_lock);
+  if (everything)
+    lock_acquire(&cache_reap_lock);
+  else if (!lock_try(&cache_reap_lock))
+    return 0; /* a reap under way does the work (theory 3) */
   mag_reclaim(everything);
   size_t given = 0;
   for (unsigned c = 1; c <= SC_COUNT; c++) {
