@@ -8,7 +8,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 mkdir -p "$dir/build/tests/stress"
-for p in handoff_inject mixed prodcons churn cache fork remap handoff; do
+for p in handoff_inject mixed prodcons churn cache fork remap handoff trim; do
   printf '#!/bin/sh\nexit 0\n' > "$dir/build/tests/stress/stress_$p"
 done
 printf '#!/bin/sh\necho "stand-in: mixed fails"\nexit 3\n' > "$dir/build/tests/stress/stress_mixed"
@@ -23,5 +23,5 @@ grep -q "FAIL mixed (exit status 3)" "$dir/log" || fail "the failing run is not 
 grep -q "FAIL fork" "$dir/log" || fail "the hung run is not named"
 grep -q "^repeat: MAGPIE_OPTIONS= .*stress_mixed seed=7" "$dir/out/fail-1-mixed" || fail "no repeat line"
 grep -q "hung past 2 s" "$dir/out/fail-1-fork" || fail "the hang is not reported"
-grep -q "8 runs, 2 failed" "$dir/log" || fail "the counts are wrong"
+grep -q "9 runs, 2 failed" "$dir/log" || fail "the counts are wrong"
 echo "soak_check: ok"
