@@ -232,23 +232,7 @@ static size_t run_round(int round, unsigned long long *passed) {
    and the depots went back to the slabs. One still counted as cached is out of every reach. */
 static void check_trimmed(void) {
   magpie_trim();
-  size_t len, cls, size, cached, mags, depot, stranded = 0;
-  const char *json = stress_stats_json(TEST, &len), *end = json + len;
-  static const char classes[] = "\"classes\"";
-  const char *at = memmem(json, len, classes, sizeof classes - 1);
-  if (!at) stress_fail(TEST ": the JSON statistics have no \"classes\"");
-  while (stress_json_next(&at, end, "\"class\"", &cls) &&
-         stress_json_next(&at, end, "\"size\"", &size) &&
-         stress_json_next(&at, end, "\"cached\"", &cached) &&
-         stress_json_next(&at, end, "\"cached_mags\"", &mags) &&
-         stress_json_next(&at, end, "\"cached_depot\"", &depot)) {
-    if (!cached) continue;
-    stress_log(TEST ": after magpie_trim class %zu (%zu bytes) still caches %zu blocks (%zu in "
-                    "magazines, %zu in its depot)",
-               cls, size, cached, mags, depot);
-    stranded += cached * size;
-  }
-  stress_stats_release(json, len);
+  size_t stranded = stress_cached_bytes(TEST, "after magpie_trim");
   if (stranded)
     stress_fail(TEST ": %zu bytes still cached after magpie_trim: blocks freed across threads "
                      "are stranded where no thread can take them",

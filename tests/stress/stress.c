@@ -396,6 +396,27 @@ size_t stress_mapped_bytes(const char *test) {
   return v;
 }
 
+size_t stress_cached_bytes(const char *test, const char *when) {
+  size_t len, cls, size, cached, mags, depot, bytes = 0;
+  const char *json = stress_stats_json(test, &len), *end = json + len;
+  static const char classes[] = "\"classes\"";
+  const char *at = memmem(json, len, classes, sizeof classes - 1);
+  if (!at) stress_fail("%s: the JSON statistics have no \"classes\"", test);
+  while (stress_json_next(&at, end, "\"class\"", &cls) &&
+         stress_json_next(&at, end, "\"size\"", &size) &&
+         stress_json_next(&at, end, "\"cached\"", &cached) &&
+         stress_json_next(&at, end, "\"cached_mags\"", &mags) &&
+         stress_json_next(&at, end, "\"cached_depot\"", &depot)) {
+    if (!cached) continue;
+    stress_log("%s: %s class %zu (%zu bytes) still caches %zu blocks (%zu in magazines, %zu in "
+               "its depot)",
+               test, when, cls, size, cached, mags, depot);
+    bytes += cached * size;
+  }
+  stress_stats_release(json, len);
+  return bytes;
+}
+
 double stress_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

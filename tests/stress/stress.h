@@ -153,6 +153,9 @@ long stress_param(const stress_param_t *params, size_t n, const char *name);
 size_t stress_rss_bytes(void);
 /* The first "mapped_bytes" value of magpie_stats_write(fd, MAGPIE_STATS_JSON); fails if absent. */
 size_t stress_mapped_bytes(const char *test);
+/* The bytes malloc's classes cache (in magazines and depots), from the JSON statistics; each
+   class that caches any is logged, with its share, under "when". */
+size_t stress_cached_bytes(const char *test, const char *when);
 /* magpie_stats_write(fd, MAGPIE_STATS_JSON), in a private mapping of *len bytes (fails the test
    if it cannot be had); stress_stats_release gives it back. */
 const char *stress_stats_json(const char *test, size_t *len);

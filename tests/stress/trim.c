@@ -15,7 +15,6 @@
 
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #define TEST "stress_trim"
@@ -67,22 +66,11 @@ static void run_all(worker_t *workers, void *(*fn)(void *)) {
 
 /* Fails where a class still caches blocks right after the trim. */
 static void check_trimmed(long round) {
-  size_t len, cls, size, cached, mags, depot;
-  const char *json = stress_stats_json(TEST, &len), *end = json + len;
-  static const char classes[] = "\"classes\"";
-  const char *at = memmem(json, len, classes, sizeof classes - 1);
-  if (!at) stress_fail(TEST ": the JSON statistics have no \"classes\"");
-  while (stress_json_next(&at, end, "\"class\"", &cls) &&
-         stress_json_next(&at, end, "\"size\"", &size) &&
-         stress_json_next(&at, end, "\"cached\"", &cached) &&
-         stress_json_next(&at, end, "\"cached_mags\"", &mags) &&
-         stress_json_next(&at, end, "\"cached_depot\"", &depot))
-    if (cached)
-      stress_fail(TEST ": round %ld: right after magpie_trim class %zu (%zu bytes) still caches "
-                       "%zu blocks (%zu in magazines, %zu in its depot): the trim missed what a "
-                       "reap held",
-                  round, cls, size, cached, mags, depot);
-  stress_stats_release(json, len);
+  size_t cached = stress_cached_bytes(TEST, "right after magpie_trim");
+  if (cached)
+    stress_fail(TEST ": round %ld: %zu bytes still cached right after magpie_trim: the trim "
+                     "missed what a reap held",
+                round, cached);
 }
 
 int main(int argc, char **argv) {
