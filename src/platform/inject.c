@@ -54,10 +54,10 @@ static uint64_t inject_quiet_faults; /* page faults under quiet locks (atomic) *
 static uint64_t inject_first_fault;  /* under which lock the first was: set << 32 | index + 1 */
 static uintptr_t inject_first_taken; /* where that lock was taken (a code address) */
 #define INJECT_TRACE 8
-#define INJECT_LIBRARY_MAX ((uintptr_t)16 << 20)   /* this library lies within its first 16 MiB */
 static uintptr_t inject_first_trace[INJECT_TRACE]; /* where it was let go, and the callers */
 static int inject_first_depth;
-extern const char __ehdr_start[]; /* the linker's: this library's first byte */
+extern const char __ehdr_start[];                    /* the linker's: this library's first byte */
+static uintptr_t inject_code_start, inject_code_end; /* its code (inject_map_code) */
 static __thread struct {
   const void *lock;
   uint64_t faults;    /* the thread's count when it took it */
@@ -67,17 +67,22 @@ __thread unsigned inject_watched;
 __thread uint64_t inject_own_faults;
 __thread struct rusage inject_usage;
 
-/* Maps this library's code (theory 5); a kernel before Linux 5.14 refuses, and nothing is done. */
+/* Notes where this library's code lies (the traces' bounds) and maps it (theory 5); a kernel
+   before Linux 5.14 refuses the mapping, and nothing is done. */
 static void inject_map_code(void) {
   const ElfW(Ehdr) *eh = (const void *)__ehdr_start;
   const ElfW(Phdr) *ph = (const void *)(__ehdr_start + eh->e_phoff);
   uintptr_t base = (uintptr_t)__ehdr_start;
   for (unsigned i = 0; i < eh->e_phnum; i++)
     if (ph[i].p_type == PT_LOAD && ph[i].p_offset == 0) base -= ph[i].p_vaddr;
+  inject_code_start = UINTPTR_MAX;
   for (unsigned i = 0; i < eh->e_phnum; i++)
     if (ph[i].p_type == PT_LOAD && (ph[i].p_flags & PF_X)) {
       uintptr_t start = (base + ph[i].p_vaddr) & ~(uintptr_t)(OS_PAGE - 1);
-      syscall(SYS_madvise, start, base + ph[i].p_vaddr + ph[i].p_memsz - start, MADV_POPULATE_READ);
+      uintptr_t end = base + ph[i].p_vaddr + ph[i].p_memsz;
+      if (start < inject_code_start) inject_code_start = start;
+      if (end > inject_code_end) inject_code_end = end;
+      syscall(SYS_madvise, start, end - start, MADV_POPULATE_READ);
     }
 }
 
@@ -179,7 +184,7 @@ uint64_t *inject_lock_watch(const void *lock) {
 static _Unwind_Reason_Code inject_trace_step(struct _Unwind_Context *context, void *skip) {
   uintptr_t ip = _Unwind_GetIP(context) - 1; /* the call, not its return */
   if ((*(int *)skip)-- > 0) return _URC_NO_REASON;
-  if (ip - (uintptr_t)__ehdr_start >= INJECT_LIBRARY_MAX || inject_first_depth == INJECT_TRACE)
+  if (ip < inject_code_start || ip >= inject_code_end || inject_first_depth == INJECT_TRACE)
     return _URC_END_OF_STACK;
   inject_first_trace[inject_first_depth++] = ip;
   return _URC_NO_REASON;
