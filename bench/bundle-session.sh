@@ -2,6 +2,9 @@
 # The device bundle's whole session (copied to bundle/session.sh by bench/bundle.sh): what a
 # device call should run, in one command that stays inside the call's 600 seconds and brings
 # everything back as one file. In order, each step given at most its share of SESSION_S:
+#   0. crash.txt, where CRASH_RUNS is set: the server mix at CRASH_THREADS threads under magpie,
+#      CRASH_RUNS times (issue 20's check of the 64-thread crash), and how many runs exited 0,
+#      with the last lines of each failed run's stderr;
 #   1. counters.txt: whether the kernel gives this user hardware counters (perf stat on a
 #      short run, where the bundle has perf), and the CPUs, model, kernel and its transparent
 #      huge page settings;
@@ -27,6 +30,8 @@
 #   LARGE_THREADS=16     their threads
 #   LARGE_MIB=256        their heap, MiB (-n; each run builds it 3 times, -i)
 #   PROFILE_CELLS=""     e.g. "threadchurn:16 larson:16": profile.sh's CELLS (step 4)
+#   CRASH_RUNS=0         runs of step 0 (none: no step 0)
+#   CRASH_THREADS=64     their threads (a thread count of the bundle's plan)
 set -u
 case $0 in */*) here=${0%/*} ;; *) here=. ;; esac
 here=$(cd "$here" && pwd)
@@ -55,6 +60,26 @@ bundled() { # names...: those the bundle has
 allocs=$(bundled ${ALLOCATORS:-magpie magbase mimalloc3 jemalloc mimalloc tcmalloc})
 no_tc=""
 for a in $allocs; do [ "$a" = tcmalloc ] || no_tc="$no_tc $a"; done
+
+# 0. The crash check, in at most a fifth of SESSION_S.
+if [ "${CRASH_RUNS:-0}" -gt 0 ]; then
+  THREADS=${CRASH_THREADS:-64} WORKLOADS=servermix ALLOCATORS=magpie REPS=$CRASH_RUNS \
+    BUDGET_S=$((SESSION_S / 5)) STATS=0 VARIANTS="" PACK=0 \
+    sh "$here/run.sh" "$out/crash" > "$out/crash.log" 2>&1
+  runs=0 ok=0
+  [ -e "$out/crash/runs.csv" ] && while IFS=, read -r _ _ _ _ status _; do
+    case $status in
+      status) ;;
+      0) runs=$((runs + 1)) ok=$((ok + 1)) ;;
+      *) runs=$((runs + 1)) ;;
+    esac
+  done < "$out/crash/runs.csv"
+  {
+    echo "servermix -t ${CRASH_THREADS:-64}, magpie: $ok of $runs runs exited 0"
+    cat "$out/crash/failures.log" 2>/dev/null
+  } > "$out/crash.txt"
+  rm -r "$out/crash"
+fi
 
 # 1. Counters and machine.
 {

@@ -214,14 +214,15 @@ def run_script(dest, script, out, env):
 
 
 def session_check(dest, tools, out):
-    """The bundle's session.sh, with the same PATH, small: one .tgz holding the counters, the
-    matrix's and producer/consumer's packed runs, a RESULT line of each large row and, where
-    the bundle has perf, the packed profiles."""
+    """The bundle's session.sh, with the same PATH, small: one .tgz holding the crash check's
+    count, the counters, the matrix's and producer/consumer's packed runs, a RESULT line of each
+    large row and, where the bundle has perf, the packed profiles."""
     profiled = os.path.exists(os.path.join(dest, "profile.sh"))
     failed = run_script(dest, "session.sh", out,
                         {"PATH": tools, "SESSION_S": "120", "WORKLOADS": "larson", "REPS": "1",
                          "ALLOCATORS": "glibc magpie", "LARGE_REPS": "1", "LARGE_THREADS": "2",
-                         "LARGE_MIB": "8", "PROFILE_CELLS": "larson:2"})
+                         "LARGE_MIB": "8", "PROFILE_CELLS": "larson:2", "CRASH_RUNS": "3",
+                         "CRASH_THREADS": "2"})
     if failed:
         return [failed]
     if os.path.exists(out) or not os.path.exists(out + ".tgz"):
@@ -230,9 +231,13 @@ def session_check(dest, tools, out):
         names = set(tar.getnames())
         large = tar.extractfile("session/large.txt").read().decode() \
             if "session/large.txt" in names else ""
+        crash = tar.extractfile("session/crash.txt").read().decode() \
+            if "session/crash.txt" in names else ""
     wanted = ["session/counters.txt", "session/matrix.tgz", "session/prodcons.tgz"]
     failures = ["session.tgz has no %s" % n
                 for n in wanted + ["session/profile.tgz"] * profiled if n not in names]
+    if not crash.startswith("servermix -t 2, magpie: 3 of 3 runs exited 0\n"):
+        failures.append("crash.txt does not count 3 runs of 3 passed:\n%s" % crash)
     rows = [l for l in large.splitlines() if " magpie " in l and "RESULT large" in l]
     if len(rows) != 3:  # wake, trim with purge_batch=0 and =64
         failures.append("large.txt has %d rows of magpie's with a RESULT, not 3:\n%s"
