@@ -20,6 +20,7 @@
 #define TEST "stress_trim"
 
 static long nthreads, nblocks, nrounds, max_size;
+static uint64_t round_seed; /* this round's, set before its threads start */
 static stress_param_t params[] = {
     {"threads", 4, "threads that allocate, and as many that free", &nthreads},
     {"blocks", 500, "blocks each allocating thread makes a round", &nblocks},
@@ -33,7 +34,6 @@ static stress_param_t params[] = {
 typedef struct {
   pthread_t thread;
   uint32_t index;
-  uint64_t seed;
   stress_block_t *blocks; /* nblocks, made by this thread, freed by the next one */
   stress_block_t *theirs; /* the blocks this thread frees */
 } worker_t;
@@ -41,10 +41,10 @@ typedef struct {
 static void *allocate(void *arg) {
   worker_t *w = arg;
   stress_rng_t rng;
-  stress_rng_seed(&rng, w->seed, w->index);
+  stress_rng_seed(&rng, round_seed, w->index);
   for (long i = 0; i < nblocks; i++) {
     size_t size = (size_t)stress_rng_range(&rng, 16, (uint64_t)max_size);
-    stress_block_new(&w->blocks[i], magpie_malloc(size), size, w->seed + (uint64_t)i, "malloc",
+    stress_block_new(&w->blocks[i], magpie_malloc(size), size, round_seed + (uint64_t)i, "malloc",
                      w->index, 0, TEST);
   }
   return NULL;
@@ -90,8 +90,7 @@ int main(int argc, char **argv) {
   for (long i = 0; i < nthreads; i++)
     workers[i].theirs = workers[(i + 1) % nthreads].blocks;
   for (long round = 1; round <= nrounds; round++) {
-    for (long i = 0; i < nthreads; i++)
-      workers[i].seed = seed + (uint64_t)round;
+    round_seed = seed + (uint64_t)round;
     run_all(workers, allocate);
     run_all(workers, release);
     struct timespec wait = {0, (long)stress_rng_below(&rng, 3000000)};
