@@ -5,7 +5,8 @@
 #   scripts/deps.sh test    `make test`: the above, and what the tests run (sqlite3, git,
 #                           valgrind, clang and libFuzzer, pkg-config, groff, cargo; tmux and
 #                           redis for `magpie top`'s tests; glibc-source, whose malloc tests
-#                           tests/glibc builds; linux-perf, which the device bundle carries)
+#                           tests/glibc builds; linux-perf, which the device bundle carries;
+#                           CPython's own test suite, which preload_pytests runs)
 #   scripts/deps.sh package `make deb`: the build's, and dpkg-dev and file
 #   scripts/deps.sh format  `make format`, `make format-check`: clang-format
 # Without an argument: build.
@@ -26,6 +27,12 @@ test)    pairs="$build $package sqlite3:sqlite3 git:git valgrind:valgrind clang:
 format)  pairs="clang-format:clang-format" ;;
 *) echo "usage: scripts/deps.sh [build|test|package|format]" >&2; exit 2 ;;
 esac
+# CPython's regression tests (tests/preload, case pytests) for Debian's own python3: the package
+# to install where they are missing (nothing where python3 itself is not installed yet).
+python_tests() {
+  py=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || return 0
+  [ -f "/usr/lib/python$py/test/test_threading.py" ] || echo "libpython$py-testsuite"
+}
 need=""
 for pair in $pairs; do
   cmd=${pair%%:*}; pkg=${pair#*:}
@@ -43,6 +50,8 @@ if [ "$mode" = test ]; then
   # glibc's own malloc tests (tests/glibc) come from the source of the glibc that runs here.
   glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | sed 's/^glibc //')
   [ -f "/usr/src/glibc/glibc-$glibc.tar.xz" ] || need="$need glibc-source"
+  tests=$(python_tests)
+  [ -z "$tests" ] || need="$need $tests"
 fi
 [ -n "$need" ] || exit 0
 echo "deps ($mode): installing$need"
@@ -53,3 +62,7 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq $need >/dev/null
+# python3 may have come in just now: its tests follow it.
+if [ "$mode" = test ] && [ -n "$(python_tests)" ]; then
+  apt-get install -y -qq "$(python_tests)" >/dev/null
+fi

@@ -3,7 +3,7 @@
 #
 #   preload.sh CASE LIBMAGPIE
 #
-# CASE is one of: python sqlite gcc git sort options.
+# CASE is one of: python pytests sqlite gcc git sort options.
 #
 # Each step of a case runs twice in a fresh directory $tmp/work (the same path both times, so
 # paths in the output agree), in a clean environment (env -i, PATH=/usr/bin:/bin so that the
@@ -14,12 +14,14 @@
 # that agree with each other (peaks not below current values, per-class counts adding up to the
 # totals), and at least one counts allocations.
 #
+# pytests compares test outcomes instead of output (below, case_pytests).
+#
 # A missing tool fails the test with a message (scripts/deps.sh installs them); nothing is skipped.
 # On failure the work directory is kept and its path printed.
 set -eu
 
 if [ $# -ne 2 ]; then
-  echo "usage: $0 python|sqlite|gcc|git|sort|options LIBMAGPIE" >&2
+  echo "usage: $0 python|pytests|sqlite|gcc|git|sort|options LIBMAGPIE" >&2
   exit 2
 fi
 case_name=$1
@@ -55,7 +57,9 @@ case "$lib" in /*) ;; *) lib=$(pwd)/$lib ;; esac
 [ -f "$lib" ] || fail "no library at $lib"
 need "$validator"
 
-# run_side SIDE LABEL CMD...: one run of CMD in a fresh $tmp/work, output in $tmp/LABEL.SIDE.*
+# run_side SIDE LABEL CMD...: one run of CMD in a fresh $tmp/work, output in $tmp/LABEL.SIDE.*;
+# magpie's side adds $magpie_options to MAGPIE_OPTIONS.
+magpie_options=""
 run_side() {
   side=$1 label=$2
   shift 2
@@ -64,7 +68,8 @@ run_side() {
   status=0
   if [ "$side" = magpie ]; then
     (cd "$tmp/work" && exec env -i PATH=/usr/bin:/bin HOME="$tmp/home" LC_ALL=C TZ=UTC \
-      LD_PRELOAD="$lib" MAGPIE_OPTIONS="stats=json,stats_file=$tmp/stats/stats.%p" "$@") \
+      LD_PRELOAD="$lib" MAGPIE_OPTIONS="${magpie_options}stats=json,stats_file=$tmp/stats/stats.%p" \
+      "$@") \
       >"$tmp/$label.$side.out" 2>"$tmp/$label.$side.err" || status=$?
   else
     (cd "$tmp/work" && exec env -i PATH=/usr/bin:/bin HOME="$tmp/home" LC_ALL=C TZ=UTC "$@") \
@@ -152,6 +157,60 @@ case_python() {
   both python /usr/bin/python3 -s -B "$here/workload.py"
   # Every object allocation through malloc, not only the large ones.
   both python-malloc env PYTHONMALLOC=malloc /usr/bin/python3 -s -B "$here/workload.py"
+}
+
+# CPython's own regression tests of the parts that lean on malloc hardest (threads, fork,
+# signals, the cyclic GC, weak references, mmap, ctypes, the C API's memory hooks, tracemalloc,
+# big containers), every object through malloc (PYTHONMALLOC=malloc), two workers, under each
+# malloc with JUnit results. magpie's side runs threads past the first on the CPUs' magazines
+# (percpu_threads=1), so both of its fast paths are used. Passes when every test that passed
+# under glibc passed under magpie too, and magpie ran (its stats files, as above); a test that
+# fails under glibc as well (this machine's environment) is not magpie's to pass.
+pytests_modules="test_threading test_thread test_threading_local test_gc test_weakref test_mmap
+  test_signal test_fork1 test_wait4 test_ctypes test_capi test_tracemalloc test_memoryview
+  test_bytes test_dict test_list test_set test_array test_json test_sys test_faulthandler
+  test_queue test_zlib test_struct"
+
+case_pytests() {
+  need /usr/bin/python3
+  tests=$(/usr/bin/python3 -c 'import os, test; print(os.path.dirname(test.__file__))')
+  [ -f "$tests/test_threading.py" ] ||
+    fail "CPython's test suite is not installed in $tests (scripts/deps.sh installs it)"
+  started=$(date +%s)
+  magpie_options="percpu_threads=1,"
+  for side in glibc magpie; do
+    # shellcheck disable=SC2086 # the module names are words
+    run_side $side pytests env PYTHONMALLOC=malloc /usr/bin/python3 -B -m test -j2 \
+      --timeout 300 -u cpu,subprocess --junit-xml "$tmp/pytests.$side.xml" $pytests_modules
+  done
+  "$validator" -S -B -c '
+import sys
+import xml.etree.ElementTree as ET
+
+def outcomes(path):
+    got = {}
+    for case in ET.parse(path).iter("testcase"):
+        kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
+        name = ".".join(part for part in (case.get("classname"), case.get("name")) if part)
+        got[name] = kinds[0] if kinds else "passed"
+    return got
+
+glibc, magpie = outcomes(sys.argv[1]), outcomes(sys.argv[2])
+passed = [t for t, o in glibc.items() if o == "passed"]
+if len(passed) < 1000:
+    sys.exit("only %d tests passed under glibc (a broken test)" % len(passed))
+lost = sorted("%s: %s under magpie" % (t, magpie.get(t, "not run")) for t in passed
+              if magpie.get(t) != "passed")
+for line in lost[:30]:
+    print(line)
+if lost:
+    sys.exit("%d tests that passed under glibc did not pass under magpie" % len(lost))
+print("pytests: %d tests passed under glibc, all of them under magpie too (%d failed or were "
+      "skipped under glibc)" % (len(passed), len(glibc) - len(passed)))
+' "$tmp/pytests.glibc.xml" "$tmp/pytests.magpie.xml" ||
+    { tail -n 30 "$tmp/pytests.magpie.out" >&2; fail "pytests: outcomes differ"; }
+  check_stats pytests
+  echo "pytests: $(($(date +%s) - started)) s for both runs"
 }
 
 case_sqlite() {
@@ -246,7 +305,7 @@ case_options() {
 }
 
 case "$case_name" in
-python | sqlite | gcc | git | sort | options) "case_$case_name" ;;
+python | pytests | sqlite | gcc | git | sort | options) "case_$case_name" ;;
 *)
   echo "preload: unknown case $case_name" >&2
   exit 2
