@@ -58,7 +58,7 @@ static int report_log(void) {
   if (state == LOG_STDERR) return report_stderr();
   char path[sizeof report_log_path + REPORT_DEC_MAX];
   report_expand_pid(path, sizeof path, report_log_path);
-  int fd = os_open_write(path);
+  int fd = os_keep_fd(os_open_write(path)); /* open for the rest of the process */
   int expected = LOG_PENDING;
   if (fd >= 0) {
     report_log_fd = fd;

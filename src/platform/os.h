@@ -166,7 +166,13 @@ ssize_t os_read_file(const char *path, char *buf, size_t cap);
    -1 otherwise. */
 int os_open_private(const char *path);
 void os_unlink(const char *path);
-int os_dup(int fd); /* a close-on-exec copy numbered 3 or more; -1 on failure */
+/* The descriptors magpie keeps open are close-on-exec and numbered OS_KEPT_FD_MIN or more, out
+   of the way of programs that expect their low descriptors (open returns the lowest free number;
+   programs count, lay out and pass on theirs), lower only where a descriptor limit leaves no
+   such number. */
+#define OS_KEPT_FD_MIN 100
+int os_dup(int fd);     /* a kept copy of fd (above); -1 on failure */
+int os_keep_fd(int fd); /* moves fd to a kept number (above) and returns it; -1 stays -1 */
 /* What file fd is open on (device and inode); false when fd is not open. */
 bool os_file_id(int fd, uint64_t id[2]);
 int os_getpid(void);
@@ -199,10 +205,8 @@ bool os_resident(uintptr_t addr, size_t len);
 size_t os_read_self(void *dst, uintptr_t src, size_t len);
 uint32_t os_thread_id(void); /* the kernel's id of the calling thread */
 
-/* A shared, zeroed mapping of size bytes backed by a memfd called name (close-on-exec,
-   numbered OS_SHARED_FD_MIN or more, out of the way of programs that expect their low
-   descriptors), which other processes open through /proc/PID/fd; NULL on failure. */
-#define OS_SHARED_FD_MIN 100
+/* A shared, zeroed mapping of size bytes backed by a memfd called name (kept: os_dup), which
+   other processes open through /proc/PID/fd; NULL on failure. */
 void *os_map_shared(const char *name, size_t size, int *fd);
 /* A read-only private mapping of a whole file (for symbolising); NULL on failure. */
 void *os_map_file(const char *path, size_t *size);

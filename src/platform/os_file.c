@@ -91,17 +91,21 @@ int os_open_write(const char *path) {
 }
 
 int os_dup(int fd) {
-  return fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  int copy = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, OS_KEPT_FD_MIN);
+  return copy >= 0 ? copy : (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 3);
+}
+
+int os_keep_fd(int fd) {
+  if (fd < 0 || fd >= OS_KEPT_FD_MIN) return fd;
+  int high = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, OS_KEPT_FD_MIN);
+  if (high < 0) return fd;
+  os_close(fd);
+  return high;
 }
 
 void *os_map_shared(const char *name, size_t size, int *fd) {
-  int made = (int)syscall(SYS_memfd_create, name, MFD_CLOEXEC); /* raw: theory 1 */
+  int made = os_keep_fd((int)syscall(SYS_memfd_create, name, MFD_CLOEXEC)); /* raw: theory 1 */
   if (made < 0) return NULL;
-  int high = (int)syscall(SYS_fcntl, made, F_DUPFD_CLOEXEC, OS_SHARED_FD_MIN);
-  if (high >= 0) {
-    os_close(made);
-    made = high;
-  }
   void *p = MAP_FAILED;
   if (syscall(SYS_ftruncate, made, (off_t)size) == 0)
     p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, made, 0);

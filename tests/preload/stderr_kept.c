@@ -3,16 +3,25 @@
  * with, and nowhere else:
  *   stderr_kept close        an atexit handler closes fd 2, as coreutils programs do; the report
  *                            must still appear on the original stderr;
- *   stderr_kept reuse FILE   an atexit handler closes fds 2..63, puts /dev/null on 2 and FILE on
- *                            every other number, magpie's copy of stderr among them; the report
- *                            must not land in FILE (the caller checks FILE holds only "mine").
+ *   stderr_kept reuse FILE   an atexit handler closes fds 2..127, puts /dev/null on 2 and FILE
+ *                            on every other number, magpie's copy of stderr among them; the
+ *                            report must not land in FILE (the caller checks FILE holds only
+ *                            "mine").
+ * and magpie keeps its descriptors out of the program's way (os.h, OS_KEPT_FD_MIN):
+ *   stderr_kept low          closes the descriptors from 3 up that it inherited and runs itself
+ *                            again, where magpie starts afresh; the first open there must get
+ *                            descriptor 3, the lowest after stdin, stdout and stderr: under
+ *                            stats=1 or debug mode magpie holds a copy of stderr, and under
+ *                            publish_ms the live statistics' memfd.
  */
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define FD_MAX 64
+#define FD_MAX 128
 
 static const char *file;
 
@@ -30,8 +39,30 @@ static void reuse_fds(void) {
   }
 }
 
+/* 0 when the program's first descriptor is 3 under magpie. */
+static int first_descriptor_low(void) {
+  if (dlsym(RTLD_DEFAULT, "magpie_malloc") == NULL) {
+    fprintf(stderr, "stderr_kept: malloc is not magpie's\n");
+    return 1;
+  }
+  int fd = open("/dev/null", O_RDONLY);
+  if (fd != 3) {
+    fprintf(stderr, "stderr_kept: the program's first descriptor is %d, not 3\n", fd);
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   free(malloc(100));
+  if (argc == 2 && strcmp(argv[1], "low") == 0) {
+    for (int fd = 3; fd < FD_MAX; fd++)
+      close(fd);
+    char *again[] = {argv[0], "low-again", NULL};
+    execv("/proc/self/exe", again);
+    return 2;
+  }
+  if (argc == 2 && strcmp(argv[1], "low-again") == 0) return first_descriptor_low();
   if (argc == 2 && strcmp(argv[1], "close") == 0) {
     atexit(close_stderr);
   } else if (argc == 3 && strcmp(argv[1], "reuse") == 0) {
