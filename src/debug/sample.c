@@ -11,8 +11,10 @@
  *      reused least recently freed first, which keeps that window as long as the pool allows.
  *   3. A SIGSEGV handler, installed when the pool is made, reports a fault inside the pool -
  *      overflow, underflow or use after free - with the block, its allocation stack and (for a
- *      use after free) its free stack, then aborts. Any other fault goes to the handler the
- *      program had, as if magpie were not there.
+ *      use after free) its free stack, then aborts. Any other SIGSEGV goes to the handler the
+ *      program had, as if magpie were not there: a fault comes again when the instruction runs
+ *      again, a signal sent (kill, raise: a crash handler passing a fault on) is sent again,
+ *      since returning from it would let the program go on.
  *   4. The decision costs the fast path nothing: it is taken in malloc's slow path, which runs
  *      once per magazine miss; each miss charges the thread's countdown with the magazine size
  *      (the allocations it stands for), so the rate is "about one in N". A thread that never
@@ -224,7 +226,8 @@ size_t sample_size(void *p, uintptr_t entry) {
 static void segv_handler(int sig, siginfo_t *info, void *context) {
   uintptr_t a = (uintptr_t)info->si_addr, base = (uintptr_t)pool;
   size_t bytes = (2 * (size_t)SAMPLE_SLOTS + 1) * OS_PAGE;
-  if (pool && a >= base && a < base + bytes) {
+  bool fault = info->si_code > 0; /* the kernel's: si_addr is the address (not kill's fields) */
+  if (fault && pool && a >= base && a < base + bytes) {
     size_t page = (a - base) / OS_PAGE;
     if (page % 2 == 1) { /* a slot's own page: only inaccessible once freed */
       const slot_t *s = &slots[page / 2];
@@ -238,8 +241,8 @@ static void segv_handler(int sig, siginfo_t *info, void *context) {
       sample_report("heap underflow", (void *)a, &slots[page / 2],
                     "access before the start of the block");
   }
-  /* not ours: let the program's handler (or the default action) take the fault again */
+  /* not ours: the program's handler (or the default action) takes it (theory 3) */
   sigaction(SIGSEGV, &previous_segv, NULL);
-  (void)sig;
+  if (!fault) raise(sig);
   (void)context;
 }

@@ -3,9 +3,12 @@
  * magazine miss is sampled; sampled() allocates until it gets a sampled block. Each case
  * commits one error on a sampled block, announced as "misuse: KIND ADDRESS". `rate` counts how
  * many of 20,000 small allocations were sampled (their usable size is the request), and fails
- * unless it is about one in N.
+ * unless it is about one in N. `fault` and `raise` crash the program outside the pool once the
+ * pool's handler is in: a write through NULL, and a SIGSEGV sent with raise() as a crash handler
+ * passes a fault on; the program must die of SIGSEGV either way, as without magpie.
  */
 #include <malloc.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +51,14 @@ int main(int argc, char **argv) {
     char *p = sampled(2000, c);
     release(p);
     release(p);
+  } else if (!strcmp(c, "fault")) {
+    sampled(100, c);
+    *(volatile char *)(uintptr_t)(argc - 2) = 1; /* NULL, unknown to the compiler */
+    return 4;
+  } else if (!strcmp(c, "raise")) {
+    sampled(100, c);
+    raise(SIGSEGV);
+    return 4;
   } else if (!strcmp(c, "rate")) {
     /* 20,000 blocks held at once (so the magazines keep missing) with sample=100: about 200
        sampled, within the pool's 256 slots; far fewer or more means sampling is broken. */
