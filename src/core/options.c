@@ -9,6 +9,10 @@
  *      option keeps its default. A number outside its option's range is clamped to it, with a
  *      warning naming the option and the value used. Parsing never fails the program.
  *   3. opt is written only before the allocator serves its first request, then only read.
+ *   4. A program in secure-execution mode (set-user-ID, set-group-ID, file capabilities) takes
+ *      neither MAGPIE_OPTIONS nor MAGPIE_DEBUG, which another user set: they name files to
+ *      create (stats_file, profile_file, log) and ask for reports of the heap. A warning says
+ *      so; the program runs on the defaults, as glibc ignores its malloc tunables there.
  */
 #include "options.h"
 #include "os.h"
@@ -174,7 +178,16 @@ const char *options_getenv(const char *name) {
   size_t n = strlen(name);
   if (!environ) return NULL;
   for (char **e = environ; *e; e++)
-    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
+    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') {
+      if (!os_secure_exec()) return *e + n + 1;
+      report_buf_t b = {.len = 0};
+      report_str(&b, "magpie: ");
+      report_str(&b, name);
+      report_str(&b, " ignored: the program runs set-user-ID, set-group-ID or with raised "
+                     "capabilities\n");
+      report_flush(&b);
+      return NULL;
+    }
   return NULL;
 }
 

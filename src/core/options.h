@@ -46,7 +46,8 @@ void options_init(void);
    256 MiB. Free pages the heap keeps are charged to the cgroup like live ones, and the
    kernel's OOM killer acts at the limit. */
 size_t options_retain_for(uint64_t memory_limit);
-/* The value of environment variable name, read from environ without allocating; NULL if unset. */
+/* The value of environment variable name, read from environ without allocating; NULL if unset,
+   and in secure-execution mode, where it is ignored with a warning (options.c theory 4). */
 const char *options_getenv(const char *name);
 
 #endif

@@ -213,4 +213,7 @@ void *os_map_file(const char *path, size_t *size);
 void os_unmap_file(void *p, size_t size);
 /* 64 random bits from the kernel's AT_RANDOM bytes, without a system call. */
 uint64_t os_random(void);
+/* Whether the program runs in secure-execution mode (AT_SECURE: set-user-ID, set-group-ID, or
+   raising file capabilities), where its environment is another user's to set. */
+bool os_secure_exec(void);
 #endif

@@ -140,6 +140,10 @@ int os_thp_mode(void) {
                                     : OS_THP_NEVER;
 }
 
+bool os_secure_exec(void) {
+  return getauxval(AT_SECURE) != 0;
+}
+
 uint64_t os_random(void) {
   uint64_t r = 0;
   const unsigned char *bytes = (const unsigned char *)getauxval(AT_RANDOM);
