@@ -180,12 +180,8 @@ const char *options_getenv(const char *name) {
   for (char **e = environ; *e; e++)
     if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') {
       if (!os_secure_exec()) return *e + n + 1;
-      report_buf_t b = {.len = 0};
-      report_str(&b, "magpie: ");
-      report_str(&b, name);
-      report_str(&b, " ignored: the program runs set-user-ID, set-group-ID or with raised "
-                     "capabilities\n");
-      report_flush(&b);
+      report_warning("ignored in a set-user-ID, set-group-ID or capability-raising program: ",
+                     name);
       return NULL;
     }
   return NULL;

@@ -42,7 +42,7 @@ for f in setgid.stats setgid.log; do
   fi
 done
 for var in MAGPIE_OPTIONS MAGPIE_DEBUG; do
-  grep -q "magpie: $var ignored" "$dir/setgid.err" ||
+  grep -q "magpie: ignored in a set-user-ID.*: $var\$" "$dir/setgid.err" ||
     { cat "$dir/setgid.err" >&2; echo "secure_env: FAIL: no warning for $var" >&2; exit 1; }
 done
 echo "secure_env: the plain run wrote its stats and leak report, the set-group-ID one neither"
