@@ -8,12 +8,14 @@
  *                            report must not land in FILE (the caller checks FILE holds only
  *                            "mine").
  * and magpie keeps its descriptors out of the program's way (os.h, OS_KEPT_FD_MIN):
- *   stderr_kept low          closes the descriptors from 3 up that it inherited and runs itself
+ *   stderr_kept low [memfd]  closes the descriptors from 3 up that it inherited and runs itself
  *                            again, where magpie starts afresh; the first open there must get
  *                            descriptor 3, the lowest after stdin, stdout and stderr: under
  *                            stats=1 or debug mode magpie holds a copy of stderr, and under
- *                            publish_ms the live statistics' memfd.
+ *                            publish_ms the live statistics' memfd, which `memfd` allocates
+ *                            until magpie has made (and fails if it never does).
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -39,10 +41,41 @@ static void reuse_fds(void) {
   }
 }
 
-/* 0 when the program's first descriptor is 3 under magpie. */
-static int first_descriptor_low(void) {
+/* Whether one of the process's descriptors is magpie's live statistics' memfd. */
+static int live_memfd_open(void) {
+  DIR *d = opendir("/proc/self/fd");
+  int found = 0;
+  for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
+    char path[320], target[256];
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n > 0) {
+      target[n] = '\0';
+      found |= strstr(target, "magpie-live-stats") != NULL;
+    }
+  }
+  if (d != NULL) closedir(d);
+  return found;
+}
+
+/* 0 when the program's first descriptor is 3 under magpie, after the live statistics' memfd
+   was made if want_memfd. */
+static int first_descriptor_low(int want_memfd) {
   if (dlsym(RTLD_DEFAULT, "magpie_malloc") == NULL) {
     fprintf(stderr, "stderr_kept: malloc is not magpie's\n");
+    return 1;
+  }
+  /* slow paths over a few publish intervals, until the first publish makes the memfd */
+  static void *blocks[20000];
+  for (int round = 0; want_memfd && round < 50 && !live_memfd_open(); round++) {
+    for (int i = 0; i < 20000; i++)
+      blocks[i] = malloc(16 + (size_t)(i % 64) * 16);
+    for (int i = 0; i < 20000; i++)
+      free(blocks[i]);
+    usleep(20 * 1000);
+  }
+  if (want_memfd && !live_memfd_open()) {
+    fprintf(stderr, "stderr_kept: magpie made no live statistics memfd\n");
     return 1;
   }
   int fd = open("/dev/null", O_RDONLY);
@@ -55,14 +88,15 @@ static int first_descriptor_low(void) {
 
 int main(int argc, char **argv) {
   free(malloc(100));
-  if (argc == 2 && strcmp(argv[1], "low") == 0) {
+  if (argc >= 2 && strcmp(argv[1], "low") == 0) {
     for (int fd = 3; fd < FD_MAX; fd++)
       close(fd);
-    char *again[] = {argv[0], "low-again", NULL};
+    char *again[] = {argv[0], "low-again", argc > 2 ? argv[2] : NULL, NULL};
     execv("/proc/self/exe", again);
     return 2;
   }
-  if (argc == 2 && strcmp(argv[1], "low-again") == 0) return first_descriptor_low();
+  if (argc >= 2 && strcmp(argv[1], "low-again") == 0)
+    return first_descriptor_low(argc > 2 && strcmp(argv[2], "memfd") == 0);
   if (argc == 2 && strcmp(argv[1], "close") == 0) {
     atexit(close_stderr);
   } else if (argc == 3 && strcmp(argv[1], "reuse") == 0) {
