@@ -10,9 +10,8 @@
  *                           must not; exit status 77 where it is not what was asked (a
  *                           file system mounted nosuid).
  */
-#include <dlfcn.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include "check.h"
+
 #include <sys/auxv.h>
 
 int main(int argc, char **argv) {
@@ -23,7 +22,7 @@ int main(int argc, char **argv) {
            want);
     return 77;
   }
-  if (dlsym(RTLD_DEFAULT, "magpie_malloc") == NULL) {
+  if (!api_magpie_loaded()) {
     fprintf(stderr, "secure_env: malloc is not magpie's\n");
     return 1;
   }
