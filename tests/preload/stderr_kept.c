@@ -13,7 +13,8 @@
  *                            descriptor 3, the lowest after stdin, stdout and stderr: under
  *                            stats=1 or debug mode magpie holds a copy of stderr, and under
  *                            publish_ms the live statistics' memfd, which `memfd` allocates
- *                            until magpie has made (and fails if it never does).
+ *                            until magpie has made it and moved it to its kept number (and
+ *                            fails if it never does).
  */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -41,21 +42,25 @@ static void reuse_fds(void) {
   }
 }
 
-/* Whether one of the process's descriptors is magpie's live statistics' memfd. */
-static int live_memfd_open(void) {
+/* Whether magpie's live statistics' memfd is open at its kept number and nowhere below it. The
+   kernel gives a new memfd the lowest free number, and magpie's reaper thread moves it up at
+   once (os_keep_fd): a program thread that looks in between sees it low, so waiting only for it
+   to exist would let this program's open race with that move. */
+static int live_memfd_kept(void) {
   DIR *d = opendir("/proc/self/fd");
-  int found = 0;
+  int high = 0, low = 0;
   for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
     char path[320], target[256];
     snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
     ssize_t n = readlink(path, target, sizeof target - 1);
     if (n > 0) {
       target[n] = '\0';
-      found |= strstr(target, "magpie-live-stats") != NULL;
+      if (strstr(target, "magpie-live-stats") != NULL)
+        *(atoi(e->d_name) >= 100 ? &high : &low) += 1;
     }
   }
   if (d != NULL) closedir(d);
-  return found;
+  return high > 0 && low == 0;
 }
 
 /* 0 when the program's first descriptor is 3 under magpie, after the live statistics' memfd
@@ -67,15 +72,15 @@ static int first_descriptor_low(int want_memfd) {
   }
   /* slow paths over a few publish intervals, until the first publish makes the memfd */
   static void *blocks[20000];
-  for (int round = 0; want_memfd && round < 50 && !live_memfd_open(); round++) {
+  for (int round = 0; want_memfd && round < 50 && !live_memfd_kept(); round++) {
     for (int i = 0; i < 20000; i++)
       blocks[i] = malloc(16 + (size_t)(i % 64) * 16);
     for (int i = 0; i < 20000; i++)
       free(blocks[i]);
     usleep(20 * 1000);
   }
-  if (want_memfd && !live_memfd_open()) {
-    fprintf(stderr, "stderr_kept: magpie made no live statistics memfd\n");
+  if (want_memfd && !live_memfd_kept()) {
+    fprintf(stderr, "stderr_kept: magpie kept no live statistics memfd at 100 or above\n");
     return 1;
   }
   int fd = open("/dev/null", O_RDONLY);
