@@ -170,7 +170,7 @@ void os_unlink(const char *path);
    of the way of programs that expect their low descriptors (open returns the lowest free number;
    programs count, lay out and pass on theirs), lower only where a descriptor limit leaves no
    such number. A new file or memfd has the lowest free number until os_keep_fd moves it: made on
-   the reaper thread, it can take a number from another thread's open in that instant, as any
+   the reaper thread, it can take a number another thread's open wanted in that instant, as any
    thread that opens a file can. */
 #define OS_KEPT_FD_MIN 100
 int os_dup(int fd);     /* a kept copy of fd (above); -1 on failure */
