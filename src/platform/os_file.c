@@ -90,14 +90,19 @@ int os_open_write(const char *path) {
   return os_open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 }
 
+/* A close-on-exec copy of fd numbered min or more; -1 on failure. */
+static int dup_from(int fd, int min) {
+  return (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, min);
+}
+
 int os_dup(int fd) {
-  int copy = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, OS_KEPT_FD_MIN);
-  return copy >= 0 ? copy : (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 3);
+  int copy = dup_from(fd, OS_KEPT_FD_MIN);
+  return copy >= 0 ? copy : dup_from(fd, 3);
 }
 
 int os_keep_fd(int fd) {
   if (fd < 0 || fd >= OS_KEPT_FD_MIN) return fd;
-  int high = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, OS_KEPT_FD_MIN);
+  int high = dup_from(fd, OS_KEPT_FD_MIN);
   if (high < 0) return fd;
   os_close(fd);
   return high;

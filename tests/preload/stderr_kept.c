@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #define FD_MAX 128
+#define KEPT_FD_MIN 100 /* src/platform/os.h's OS_KEPT_FD_MIN */
 
 static const char *file;
 
@@ -56,7 +57,7 @@ static int live_memfd_kept(void) {
     if (n > 0) {
       target[n] = '\0';
       if (strstr(target, "magpie-live-stats") != NULL)
-        *(atoi(e->d_name) >= 100 ? &high : &low) += 1;
+        *(atoi(e->d_name) >= KEPT_FD_MIN ? &high : &low) += 1;
     }
   }
   if (d != NULL) closedir(d);
@@ -80,7 +81,8 @@ static int first_descriptor_low(int want_memfd) {
     usleep(20 * 1000);
   }
   if (want_memfd && !live_memfd_kept()) {
-    fprintf(stderr, "stderr_kept: magpie kept no live statistics memfd at 100 or above\n");
+    fprintf(stderr, "stderr_kept: magpie kept no live statistics memfd at %d or above\n",
+            KEPT_FD_MIN);
     return 1;
   }
   int fd = open("/dev/null", O_RDONLY);
